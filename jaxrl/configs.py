@@ -1,0 +1,54 @@
+"""Helpers for algorithm Configs: frozen flax dataclasses whose static fields fix shapes and control flow
+and whose hyperparameter fields are pytree leaves (so `jax.vmap` sweeps them without recompiling)."""
+
+import dataclasses
+import numbers
+
+from flax import struct
+
+
+def static(default, help: str):
+    """A field baked into the compiled program (shapes, loop counts, env id, switches)."""
+    return struct.field(pytree_node=False, default=default, metadata={"help": help})
+
+
+def hyper(default, help: str):
+    """A numeric hyperparameter: a pytree leaf, traced under jit, vmappable in sweeps."""
+    return struct.field(pytree_node=True, default=default, metadata={"help": help})
+
+
+def is_static(field: dataclasses.Field) -> bool:
+    return not field.metadata.get("pytree_node", True)
+
+
+def concrete(value) -> bool:
+    """True for a plain Python number (not a tracer or a stacked array), which can be checked on the host."""
+    return isinstance(value, numbers.Number)
+
+
+def check(condition: bool, field: str, message: str) -> None:
+    if not condition:
+        raise ValueError(f"Config.{field}: {message}")
+
+
+def check_range(config, field: str, low=None, high=None, low_open=False) -> None:
+    value = getattr(config, field)
+    if not concrete(value):
+        return
+    if low is not None:
+        ok = value > low if low_open else value >= low
+        check(ok, field, f"got {value}, must be {'>' if low_open else '>='} {low}.")
+    if high is not None:
+        check(value <= high, field, f"got {value}, must be <= {high}.")
+
+
+def to_dict(config) -> dict:
+    return {f.name: _jsonable(getattr(config, f.name)) for f in dataclasses.fields(config)}
+
+
+def _jsonable(value):
+    if isinstance(value, tuple):
+        return list(value)
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value

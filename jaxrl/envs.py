@@ -1,0 +1,209 @@
+"""Vectorised gymnax 1.x environments and their pure wrappers.
+
+`make(env_id, num_envs=N)` returns a `VecEnv`: `reset(key) -> (obs[N, ...], state)` and
+`step(key, state, action[N, ...]) -> (obs, state, reward[N], terminated[N], truncated[N], info)`.
+Wrappers act on the whole batch (observation statistics are shared across the N envs), hold their
+state in `flax.struct` pytrees and are pure, so a VecEnv steps inside `jax.jit`, `lax.scan` and `jax.vmap`.
+
+`info["final_observation"]` is the true successor observation of every env (before auto-reset): on a
+truncated step its value is what a return bootstraps from.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+import gymnax
+import jax
+import jax.numpy as jnp
+from flax import struct
+from gymnax.environments import spaces
+
+OBS_CLIP = 10.0  # normalised observations are clipped to [-10, 10], as in SB3's VecNormalize
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What a network needs to know about an environment."""
+
+    env_id: str
+    observation_shape: tuple[int, ...]
+    discrete: bool
+    action_dim: int  # number of actions (discrete) or the action vector's size (continuous)
+    action_low: Any = None
+    action_high: Any = None
+
+
+class VecEnv:
+    """`num_envs` copies of one gymnax environment, stepped with `jax.vmap` and auto-reset by gymnax."""
+
+    def __init__(self, env, params, num_envs: int, spec: EnvSpec):
+        self.env, self.params, self.num_envs, self.spec = env, params, num_envs, spec
+
+    def reset(self, key: jax.Array):
+        keys = jax.random.split(key, self.num_envs)
+        obs, state = jax.vmap(self.env.reset, in_axes=(0, None))(keys, self.params)
+        return _as_float(obs), state
+
+    def step(self, key: jax.Array, state, action: jax.Array):
+        keys = jax.random.split(key, self.num_envs)
+        obs, state, reward, terminated, truncated, info = jax.vmap(
+            self.env.step, in_axes=(0, 0, 0, None)
+        )(keys, state, action, self.params)
+        info = {"final_observation": _as_float(info["final_observation"])}
+        return (_as_float(obs), state, reward.astype(jnp.float32), terminated.astype(bool),
+                truncated.astype(bool), info)
+
+
+def _as_float(obs):
+    return obs.astype(jnp.float32)
+
+
+class Wrapper:
+    """Forwards attributes to the wrapped VecEnv."""
+
+    def __init__(self, env):
+        self.inner = env
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@struct.dataclass
+class EpisodeStatisticsState:
+    inner: Any
+    episode_return: jax.Array  # [N] return of the running episode so far
+    episode_length: jax.Array  # [N]
+
+
+class EpisodeStatistics(Wrapper):
+    """Adds `info["episode_return"]`, `info["episode_length"]` and `info["episode_done"]`.
+
+    The first two hold the return and length of the episode that ended at this step and are meaningful
+    only where `episode_done` (terminated or truncated) is true; they are 0 elsewhere.
+    """
+
+    def reset(self, key):
+        obs, inner = self.inner.reset(key)
+        zeros = jnp.zeros(self.num_envs, jnp.float32)
+        return obs, EpisodeStatisticsState(inner, zeros, zeros.astype(jnp.int32))
+
+    def step(self, key, state, action):
+        obs, inner, reward, terminated, truncated, info = self.inner.step(key, state.inner, action)
+        done = terminated | truncated
+        episode_return = state.episode_return + reward
+        episode_length = state.episode_length + 1
+        info = {
+            **info,
+            "episode_done": done,
+            "episode_return": jnp.where(done, episode_return, 0.0),
+            "episode_length": jnp.where(done, episode_length, 0),
+        }
+        state = EpisodeStatisticsState(
+            inner, jnp.where(done, 0.0, episode_return), jnp.where(done, 0, episode_length)
+        )
+        return obs, state, reward, terminated, truncated, info
+
+
+@struct.dataclass
+class RunningMeanStd:
+    """Running mean and variance (Chan et al. parallel update), shared by the batch."""
+
+    mean: jax.Array
+    var: jax.Array
+    count: jax.Array
+
+    @classmethod
+    def create(cls, shape):
+        return cls(jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32), jnp.array(1e-4, jnp.float32))
+
+    def update(self, batch: jax.Array) -> RunningMeanStd:
+        batch_mean, batch_var, batch_count = batch.mean(0), batch.var(0), batch.shape[0]
+        delta = batch_mean - self.mean
+        count = self.count + batch_count
+        mean = self.mean + delta * batch_count / count
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / count
+        return RunningMeanStd(mean, m2 / count, count)
+
+    def normalize(self, x: jax.Array) -> jax.Array:
+        return jnp.clip((x - self.mean) / jnp.sqrt(self.var + 1e-8), -OBS_CLIP, OBS_CLIP)
+
+
+@struct.dataclass
+class NormalizeObservationState:
+    inner: Any
+    stats: RunningMeanStd
+
+
+class NormalizeObservation(Wrapper):
+    """Normalises observations (and `final_observation`) by running statistics updated every step."""
+
+    def reset(self, key):
+        obs, inner = self.inner.reset(key)
+        stats = RunningMeanStd.create(obs.shape[1:]).update(obs)
+        return stats.normalize(obs), NormalizeObservationState(inner, stats)
+
+    def step(self, key, state, action):
+        obs, inner, reward, terminated, truncated, info = self.inner.step(key, state.inner, action)
+        stats = state.stats.update(obs)
+        info = {**info, "final_observation": stats.normalize(info["final_observation"])}
+        return stats.normalize(obs), NormalizeObservationState(inner, stats), reward, terminated, truncated, info
+
+
+class ClipAction(Wrapper):
+    """Clips continuous actions to the action space's bounds before the env sees them."""
+
+    def step(self, key, state, action):
+        return self.inner.step(key, state, jnp.clip(action, self.spec.action_low, self.spec.action_high))
+
+
+def spec_of(env_id: str, env, params) -> EnvSpec:
+    action_space = env.action_space(params)
+    obs_shape = tuple(env.observation_space(params).shape)
+    if isinstance(action_space, spaces.Discrete):
+        return EnvSpec(env_id, obs_shape, True, int(action_space.n))
+    if isinstance(action_space, spaces.Box):
+        shape = tuple(action_space.shape) or (1,)
+        low = jnp.broadcast_to(jnp.asarray(action_space.low, jnp.float32), shape)
+        high = jnp.broadcast_to(jnp.asarray(action_space.high, jnp.float32), shape)
+        return EnvSpec(env_id, obs_shape, False, int(shape[0]), low, high)
+    raise ValueError(f"{env_id}: unsupported action space {action_space!r} (jaxrl supports Discrete and Box)")
+
+
+def check_env_id(env_id: str) -> None:
+    """Raises a ValueError naming close matches when `env_id` is not a registered gymnax environment."""
+    if env_id in gymnax.registered_envs:
+        return
+    close = difflib.get_close_matches(env_id, gymnax.registered_envs, n=3, cutoff=0.4)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise ValueError(
+        f"env={env_id!r} is not a registered gymnax environment.{hint} "
+        f"Known ids: {', '.join(gymnax.registered_envs)}."
+    )
+
+
+def make(env_id: str, num_envs: int = 1, *, normalize_observations: bool = False,
+         clip_actions: bool = True, **env_params) -> VecEnv:
+    """Builds `num_envs` vectorised copies of the gymnax environment `env_id`, with episode statistics.
+
+    Keyword arguments that name a field of the env's `EnvParams` (e.g. `max_steps_in_episode=200`)
+    override it; other keywords go to the environment's constructor.
+    """
+    check_env_id(env_id)
+    if num_envs < 1:
+        raise ValueError(f"num_envs={num_envs}: need at least one environment.")
+    probe, params = gymnax.make(env_id)
+    param_fields = set(params.__dataclass_fields__)
+    overrides = {k: v for k, v in env_params.items() if k in param_fields}
+    ctor_kwargs = {k: v for k, v in env_params.items() if k not in param_fields}
+    env = gymnax.make(env_id, **ctor_kwargs)[0] if ctor_kwargs else probe
+    params = params.replace(**overrides)
+    spec = spec_of(env_id, env, params)
+    vec: Any = VecEnv(env, params, num_envs, spec)
+    if clip_actions and not spec.discrete:
+        vec = ClipAction(vec)
+    if normalize_observations:
+        vec = NormalizeObservation(vec)
+    return EpisodeStatistics(vec)

@@ -1,0 +1,69 @@
+"""Flax networks: MLP torso and an actor-critic returning a distrax distribution and a value.
+
+Orthogonal initialisation as in the PPO literature (Engstrom et al. 2020, "Implementation Matters";
+Andrychowicz et al. 2021): gain sqrt(2) for hidden layers, 0.01 for the policy output, 1.0 for the value.
+"""
+
+from collections.abc import Sequence
+
+import distrax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
+
+
+def dense(features: int, gain: float) -> nn.Dense:
+    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(gain), bias_init=nn.initializers.zeros)
+
+
+class MLP(nn.Module):
+    """Flattens trailing observation dims and applies hidden layers, then a linear output layer."""
+
+    hidden_sizes: Sequence[int]
+    out_features: int
+    out_gain: float
+    activation: str = "tanh"
+    obs_ndim: int = 1
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x.reshape(x.shape[: x.ndim - self.obs_ndim] + (-1,))
+        act = ACTIVATIONS[self.activation]
+        for size in self.hidden_sizes:
+            x = act(dense(size, np.sqrt(2))(x))
+        return dense(self.out_features, self.out_gain)(x)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs. `__call__(obs) -> (distribution, value)`; `value(obs) -> value`.
+
+    Discrete actions get a categorical head over `action_dim` logits; continuous actions a diagonal
+    Gaussian with a state-independent learned log standard deviation.
+    """
+
+    action_dim: int
+    discrete: bool
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    obs_ndim: int = 1
+
+    def setup(self):
+        self.actor = MLP(self.hidden_sizes, self.action_dim, 0.01, self.activation, self.obs_ndim)
+        self.critic = MLP(self.hidden_sizes, 1, 1.0, self.activation, self.obs_ndim)
+        if not self.discrete:
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+
+    def __call__(self, obs: jax.Array) -> tuple[distrax.Distribution, jax.Array]:
+        return self.policy(obs), self.value(obs)
+
+    def policy(self, obs: jax.Array) -> distrax.Distribution:
+        out = self.actor(obs)
+        if self.discrete:
+            return distrax.Categorical(logits=out)
+        return distrax.MultivariateNormalDiag(out, jnp.exp(self.log_std))
+
+    def value(self, obs: jax.Array) -> jax.Array:
+        return self.critic(obs)[..., 0]
