@@ -49,12 +49,18 @@ class VecEnv:
 
     def step(self, key: jax.Array, state, action: jax.Array):
         keys = jax.random.split(key, self.num_envs)
-        obs, state, reward, terminated, truncated, info = jax.vmap(
-            self.env.step, in_axes=(0, 0, 0, None)
-        )(keys, state, action, self.params)
+        obs, state, reward, terminated, truncated, info = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))(
+            keys, state, action, self.params
+        )
         info = {"final_observation": _as_float(info["final_observation"])}
-        return (_as_float(obs), state, reward.astype(jnp.float32), terminated.astype(bool),
-                truncated.astype(bool), info)
+        return (
+            _as_float(obs),
+            state,
+            reward.astype(jnp.float32),
+            terminated.astype(bool),
+            truncated.astype(bool),
+            info,
+        )
 
 
 def _as_float(obs):
@@ -101,9 +107,7 @@ class EpisodeStatistics(Wrapper):
             "episode_return": jnp.where(done, episode_return, 0.0),
             "episode_length": jnp.where(done, episode_length, 0),
         }
-        state = EpisodeStatisticsState(
-            inner, jnp.where(done, 0.0, episode_return), jnp.where(done, 0, episode_length)
-        )
+        state = EpisodeStatisticsState(inner, jnp.where(done, 0.0, episode_return), jnp.where(done, 0, episode_length))
         return obs, state, reward, terminated, truncated, info
 
 
@@ -179,13 +183,13 @@ def check_env_id(env_id: str) -> None:
     close = difflib.get_close_matches(env_id, gymnax.registered_envs, n=3, cutoff=0.4)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     raise ValueError(
-        f"env={env_id!r} is not a registered gymnax environment.{hint} "
-        f"Known ids: {', '.join(gymnax.registered_envs)}."
+        f"env={env_id!r} is not a registered gymnax environment.{hint} Known ids: {', '.join(gymnax.registered_envs)}."
     )
 
 
-def make(env_id: str, num_envs: int = 1, *, normalize_observations: bool = False,
-         clip_actions: bool = True, **env_params) -> VecEnv:
+def make(
+    env_id: str, num_envs: int = 1, *, normalize_observations: bool = False, clip_actions: bool = True, **env_params
+) -> VecEnv:
     """Builds `num_envs` vectorised copies of the gymnax environment `env_id`, with episode statistics.
 
     Keyword arguments that name a field of the env's `EnvParams` (e.g. `max_steps_in_episode=200`)

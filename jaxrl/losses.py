@@ -5,8 +5,9 @@ import jax
 import jax.numpy as jnp
 
 
-def clipped_surrogate_loss(log_prob: jax.Array, behaviour_log_prob: jax.Array, advantages: jax.Array,
-                           clip_eps) -> tuple[jax.Array, jax.Array]:
+def clipped_surrogate_loss(
+    log_prob: jax.Array, behaviour_log_prob: jax.Array, advantages: jax.Array, clip_eps
+) -> tuple[jax.Array, jax.Array]:
     """PPO's clipped surrogate (Schulman et al. 2017, arXiv 1707.06347, eq. 7), negated to be minimised.
 
         rho = exp(log pi(a|s) - log mu(a|s))
@@ -21,8 +22,7 @@ def clipped_surrogate_loss(log_prob: jax.Array, behaviour_log_prob: jax.Array, a
     return loss, jnp.abs(ratio - 1.0) > clip_eps
 
 
-def value_loss(values: jax.Array, targets: jax.Array, old_values: jax.Array | None = None,
-               clip_eps=None) -> jax.Array:
+def value_loss(values: jax.Array, targets: jax.Array, old_values: jax.Array | None = None, clip_eps=None) -> jax.Array:
     """Squared error 0.5 (V - G)^2; with `old_values` and `clip_eps`, PPO's clipped value loss
     0.5 max((V - G)^2, (V_old + clip(V - V_old, -eps, eps) - G)^2) (Schulman et al. 2017, as in baselines).
     """

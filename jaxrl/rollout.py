@@ -28,8 +28,9 @@ def reset(env, key: jax.Array) -> EnvCarry:
     return EnvCarry(state, obs)
 
 
-def rollout(env, act: ActFn, value: ValueFn, carry: EnvCarry, key: jax.Array,
-            num_steps: int) -> tuple[EnvCarry, Trajectory]:
+def rollout(
+    env, act: ActFn, value: ValueFn, carry: EnvCarry, key: jax.Array, num_steps: int
+) -> tuple[EnvCarry, Trajectory]:
     """Steps `env` (a jaxrl VecEnv with episode statistics) `num_steps` times with the policy `act`.
 
     The value of each step's true successor (`info["final_observation"]`, which differs from the next
@@ -41,15 +42,28 @@ def rollout(env, act: ActFn, value: ValueFn, carry: EnvCarry, key: jax.Array,
         act_key, env_key = jax.random.split(step_key)
         action, log_prob, v = act(carry.obs, act_key)
         obs, state, reward, terminated, truncated, info = env.step(env_key, carry.state, action)
-        transition = (carry.obs, action, reward, terminated, truncated, log_prob, v,
-                      info["final_observation"], info["episode_return"], info["episode_length"])
+        transition = (
+            carry.obs,
+            action,
+            reward,
+            terminated,
+            truncated,
+            log_prob,
+            v,
+            info["final_observation"],
+            info["episode_return"],
+            info["episode_length"],
+        )
         return EnvCarry(state, obs), transition
 
-    carry, (obs, actions, rewards, terminated, truncated, log_probs, values, final_obs,
-            episode_return, episode_length) = jax.lax.scan(step, carry, jax.random.split(key, num_steps))
+    (
+        carry,
+        (obs, actions, rewards, terminated, truncated, log_probs, values, final_obs, episode_return, episode_length),
+    ) = jax.lax.scan(step, carry, jax.random.split(key, num_steps))
     next_values = value(final_obs)
-    return carry, Trajectory(obs, actions, rewards, terminated, truncated, log_probs, values,
-                             next_values, episode_return, episode_length)
+    return carry, Trajectory(
+        obs, actions, rewards, terminated, truncated, log_probs, values, next_values, episode_return, episode_length
+    )
 
 
 def episode_metrics(traj: Trajectory) -> dict[str, jax.Array]:

@@ -66,23 +66,41 @@ def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
     envs.check_env_id(config.env)
     for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches"):
-        check(isinstance(getattr(config, name), int) and getattr(config, name) >= 1, name,
-              f"got {getattr(config, name)!r}, must be a positive integer.")
-    check(config.batch_size % config.num_minibatches == 0, "num_minibatches",
-          f"{config.num_minibatches} does not divide the batch num_envs * num_steps = "
-          f"{config.num_envs} * {config.num_steps} = {config.batch_size}; choose a divisor of {config.batch_size}.")
-    check(config.num_iterations >= 1, "total_timesteps",
-          f"{config.total_timesteps} is less than one iteration (num_envs * num_steps = {config.batch_size}).")
-    check(config.policy in ("auto", "categorical", "gaussian"), "policy",
-          f"{config.policy!r} is not one of auto, categorical, gaussian.")
-    check(config.activation in ("tanh", "relu", "gelu", "silu"), "activation",
-          f"{config.activation!r} is not one of tanh, relu, gelu, silu.")
+        check(
+            isinstance(getattr(config, name), int) and getattr(config, name) >= 1,
+            name,
+            f"got {getattr(config, name)!r}, must be a positive integer.",
+        )
+    check(
+        config.batch_size % config.num_minibatches == 0,
+        "num_minibatches",
+        f"{config.num_minibatches} does not divide the batch num_envs * num_steps = "
+        f"{config.num_envs} * {config.num_steps} = {config.batch_size}; choose a divisor of {config.batch_size}.",
+    )
+    check(
+        config.num_iterations >= 1,
+        "total_timesteps",
+        f"{config.total_timesteps} is less than one iteration (num_envs * num_steps = {config.batch_size}).",
+    )
+    check(
+        config.policy in ("auto", "categorical", "gaussian"),
+        "policy",
+        f"{config.policy!r} is not one of auto, categorical, gaussian.",
+    )
+    check(
+        config.activation in ("tanh", "relu", "gelu", "silu"),
+        "activation",
+        f"{config.activation!r} is not one of tanh, relu, gelu, silu.",
+    )
     discrete = make_env(config).spec.discrete
     if config.policy != "auto":
         wanted = "categorical" if discrete else "gaussian"
-        check(config.policy == wanted, "policy",
-              f"{config.env} has {'discrete' if discrete else 'continuous'} actions and needs a {wanted} "
-              f"head, not {config.policy}; use policy='auto' or policy='{wanted}'.")
+        check(
+            config.policy == wanted,
+            "policy",
+            f"{config.env} has {'discrete' if discrete else 'continuous'} actions and needs a {wanted} "
+            f"head, not {config.policy}; use policy='auto' or policy='{wanted}'.",
+        )
     check_range(config, "learning_rate", 0.0, low_open=True)
     check_range(config, "gamma", 0.0, 1.0)
     check_range(config, "gae_lambda", 0.0, 1.0)
@@ -95,8 +113,9 @@ def make_env(config: Config):
 
 
 def make_network(config: Config, spec: envs.EnvSpec) -> ActorCritic:
-    return ActorCritic(spec.action_dim, spec.discrete, config.hidden_sizes, config.activation,
-                       len(spec.observation_shape))
+    return ActorCritic(
+        spec.action_dim, spec.discrete, config.hidden_sizes, config.activation, len(spec.observation_shape)
+    )
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
@@ -108,8 +127,7 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
             done = (count // steps_per_iteration) / config.num_iterations
             return config.learning_rate * (1.0 - done)
 
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm),
-                       optax.adam(learning_rate, eps=1e-5))
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
 
 
 def init(config: Config, key: jax.Array) -> TrainState:
@@ -129,8 +147,7 @@ def loss_fn(params, network: ActorCritic, config: Config, batch: dict[str, jax.A
     advantages = batch["advantages"]
     if config.normalize_advantages:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    policy_loss, clipped = losses.clipped_surrogate_loss(log_prob, batch["log_probs"], advantages,
-                                                         config.clip_eps)
+    policy_loss, clipped = losses.clipped_surrogate_loss(log_prob, batch["log_probs"], advantages, config.clip_eps)
     old_values = batch["values"] if config.clip_value_loss else None
     value_loss = losses.value_loss(values, batch["targets"], old_values, config.clip_eps)
     entropy = dist.entropy()
@@ -161,10 +178,17 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
         return network.apply(state.params, obs, method=ActorCritic.value)
 
     carry, traj = rollout(env, act, value, state.env, rollout_key, config.num_steps)
-    advantages, targets = estimators.gae(traj.rewards, traj.values, traj.next_values, traj.terminated,
-                                         traj.truncated, config.gamma, config.gae_lambda)
-    batch = {"obs": traj.obs, "actions": traj.actions, "log_probs": traj.log_probs, "values": traj.values,
-             "advantages": advantages, "targets": targets}
+    advantages, targets = estimators.gae(
+        traj.rewards, traj.values, traj.next_values, traj.terminated, traj.truncated, config.gamma, config.gae_lambda
+    )
+    batch = {
+        "obs": traj.obs,
+        "actions": traj.actions,
+        "log_probs": traj.log_probs,
+        "values": traj.values,
+        "advantages": advantages,
+        "targets": targets,
+    }
     batch = jax.tree.map(lambda x: x.reshape((config.batch_size,) + x.shape[2:]), batch)
     grad_fn = jax.grad(functools.partial(loss_fn, network=network, config=config), has_aux=True)
 
@@ -176,12 +200,12 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
 
     def epoch(train, epoch_key):
         order = jax.random.permutation(epoch_key, config.batch_size)
-        minibatches = jax.tree.map(
-            lambda x: x[order].reshape((config.num_minibatches, -1) + x.shape[1:]), batch)
+        minibatches = jax.tree.map(lambda x: x[order].reshape((config.num_minibatches, -1) + x.shape[1:]), batch)
         return jax.lax.scan(minibatch_step, train, minibatches)
 
     (params, opt_state), stats = jax.lax.scan(
-        epoch, (state.params, state.opt_state), jax.random.split(shuffle_key, config.update_epochs))
+        epoch, (state.params, state.opt_state), jax.random.split(shuffle_key, config.update_epochs)
+    )
     metrics = {**episode_metrics(traj), **jax.tree.map(jnp.mean, stats)}
     state = TrainState(params, opt_state, carry, key, state.iteration + 1)
     return state, metrics

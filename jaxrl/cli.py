@@ -1,0 +1,110 @@
+"""Command line: `jaxrl train ALGO [--field value ...]`. Every Config field is a flag, its comment the help."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from jaxrl.algos import ALGORITHMS
+
+
+def _number(text: str) -> int:
+    """Accepts 500000, 5e5 or 500_000 for integer fields."""
+    value = float(text.replace("_", ""))
+    if value != int(value):
+        raise argparse.ArgumentTypeError(f"{text} is not an integer")
+    return int(value)
+
+
+def _int_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+
+
+def add_config_flags(parser: argparse.ArgumentParser, config_cls) -> None:
+    group = parser.add_argument_group(f"{config_cls.__module__.rsplit('.', 1)[-1]} config")
+    for field in dataclasses.fields(config_cls):
+        flag = "--" + field.name.replace("_", "-")
+        help_text = f"{field.metadata.get('help', '')} (default: {field.default})"
+        default = field.default
+        if isinstance(default, bool):
+            group.add_argument(
+                flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        elif isinstance(default, int):
+            group.add_argument(flag, dest=field.name, type=_number, metavar="N", help=help_text)
+        elif isinstance(default, float):
+            group.add_argument(flag, dest=field.name, type=float, metavar="X", help=help_text)
+        elif isinstance(default, tuple):
+            group.add_argument(flag, dest=field.name, type=_int_tuple, metavar="A,B", help=help_text)
+        else:
+            group.add_argument(flag, dest=field.name, type=str, help=help_text)
+
+
+def config_from_args(config_cls, args: argparse.Namespace):
+    overrides = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls) if getattr(args, f.name, None) is not None
+    }
+    return config_cls(**overrides)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jaxrl", description="Reinforcement learning compiled end to end in JAX.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train an agent; writes a run folder and prints a summary")
+    algos = train.add_subparsers(dest="algo", required=True, metavar="ALGO")
+    for name, module in ALGORITHMS.items():
+        sub = algos.add_parser(
+            name,
+            help=(module.__doc__ or "").strip().splitlines()[0],
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
+        run_group = sub.add_argument_group("run")
+        run_group.add_argument("--seeds", type=int, default=1, help="seeds trained in parallel (one vmapped program)")
+        run_group.add_argument("--seed", type=int, default=0, help="base random seed")
+        run_group.add_argument("--runs-dir", default="runs", help="parent folder of the run folder")
+        run_group.add_argument("--run-dir", default=None, help="exact run folder (overrides --runs-dir)")
+        run_group.add_argument("--chunks", type=int, default=20, help="compiled chunks (progress updates) per run")
+        run_group.add_argument(
+            "--target-return",
+            type=float,
+            default=None,
+            help="also report the seconds until each seed's return first reached this",
+        )
+        run_group.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        add_config_flags(sub, module.Config)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from jaxrl import train as runner
+
+    module = ALGORITHMS[args.algo]
+    try:
+        config = config_from_args(module.Config, args)
+        module.validate(config)
+    except (TypeError, ValueError) as error:
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return 2
+    run_dir = Path(args.run_dir) if args.run_dir else runner.make_run_dir(args.runs_dir, args.algo, config)
+    result = runner.run(
+        module,
+        config,
+        seeds=args.seeds,
+        seed=args.seed,
+        num_chunks=args.chunks,
+        run_dir=run_dir,
+        progress=not args.no_progress,
+    )
+    info = runner.summary(result, args.target_return)
+    (run_dir / "summary.json").write_text(json.dumps(info, indent=2))
+    print(runner.format_summary(info))
+    print(f"run folder          {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+import jax
+import numpy as np
+
+
+def _host(x):
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    return np.asarray(x)
+
+
+def assert_trees_close(actual, expected, rtol=1e-5, atol=1e-6):
+    """Leaf-wise allclose of two pytrees (PRNG keys compared by their data), NaNs equal."""
+    jax.tree.map(lambda a, e: np.testing.assert_allclose(_host(a), _host(e), rtol=rtol, atol=atol), actual, expected)
+
+
+def index(tree, i):
+    return jax.tree.map(lambda x: x[i], tree)

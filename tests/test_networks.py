@@ -1,0 +1,164 @@
+"""Tests for jaxrl.networks: output types and shapes, initialisation, observation flattening."""
+
+import distrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl.networks import MLP, ActorCritic
+
+B = 5
+
+
+@pytest.fixture(scope="module")
+def discrete():
+    net = ActorCritic(action_dim=3, discrete=True)
+    params = jax.jit(net.init)(jax.random.key(0), jnp.zeros((1, 4)))
+    return net, params
+
+
+@pytest.fixture(scope="module")
+def continuous():
+    net = ActorCritic(action_dim=2, discrete=False)
+    params = jax.jit(net.init)(jax.random.key(1), jnp.zeros((1, 3)))
+    return net, params
+
+
+def obs_batch(shape, seed=0):
+    return jnp.asarray(np.random.default_rng(seed).normal(size=shape).astype(np.float32))
+
+
+def test_discrete_outputs(discrete):
+    net, params = discrete
+    obs = obs_batch((B, 4))
+    dist, value = net.apply(params, obs)
+    assert isinstance(dist, distrax.Categorical)
+    assert dist.logits.shape == (B, 3)
+    assert value.shape == (B,)
+    np.testing.assert_allclose(net.apply(params, obs, method=ActorCritic.value), value, rtol=1e-6)
+    np.testing.assert_allclose(dist.probs.sum(-1), 1.0, rtol=1e-6)
+    # Different observations give different outputs (the network is not constant).
+    assert np.unique(np.asarray(value).round(6)).size == B
+    # Tiny actor output layer: the initial policy is close to uniform.
+    np.testing.assert_allclose(dist.probs, 1 / 3, atol=0.05)
+    sample = dist.sample(seed=jax.random.key(2))
+    assert sample.shape == (B,) and sample.dtype == jnp.int32
+
+
+def test_continuous_outputs(continuous):
+    net, params = continuous
+    obs = obs_batch((B, 3))
+    dist, value = net.apply(params, obs)
+    assert isinstance(dist, distrax.MultivariateNormalDiag)
+    assert dist.event_shape == (2,)
+    assert dist.batch_shape == (B,)
+    assert value.shape == (B,)
+    np.testing.assert_array_equal(params["params"]["log_std"], np.zeros(2))
+    np.testing.assert_allclose(dist.stddev(), np.ones((B, 2)), rtol=1e-6)
+    # std follows exp(log_std).
+    shifted = jax.tree.map(lambda x: x, params)
+    shifted["params"]["log_std"] = jnp.array([np.log(0.5), np.log(3.0)], jnp.float32)
+    dist2, _ = net.apply(shifted, obs)
+    np.testing.assert_allclose(dist2.stddev(), np.broadcast_to([0.5, 3.0], (B, 2)), rtol=1e-5)
+    np.testing.assert_allclose(dist2.mean(), dist.mean(), rtol=1e-6)
+    a, lp = dist.sample_and_log_prob(seed=jax.random.key(3))
+    assert a.shape == (B, 2) and lp.shape == (B,)
+    np.testing.assert_allclose(dist.log_prob(a), lp, rtol=1e-5)
+    # log N(a; m, I) in two dimensions.
+    m = np.asarray(dist.mean(), np.float64)
+    ref = -0.5 * ((np.asarray(a) - m) ** 2).sum(-1) - np.log(2 * np.pi)
+    np.testing.assert_allclose(lp, ref, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(dist.mean()[0], dist.mean()[1])
+
+
+def test_discrete_has_no_log_std(discrete):
+    _, params = discrete
+    assert "log_std" not in params["params"]
+
+
+def _layers(params, name):
+    p = params["params"][name]
+    return [p[f"Dense_{i}"] for i in range(len(p))]
+
+
+def test_orthogonal_init(discrete):
+    _, params = discrete
+    for name in ("actor", "critic"):
+        layers = _layers(params, name)
+        assert len(layers) == 3
+        for layer in layers:
+            np.testing.assert_array_equal(layer["bias"], 0.0)
+        # First hidden layer (4 x 64): orthonormal rows scaled by sqrt(2).
+        w0 = np.asarray(layers[0]["kernel"], np.float64)
+        assert w0.shape == (4, 64)
+        np.testing.assert_allclose(w0 @ w0.T, 2 * np.eye(4), atol=1e-5)
+        # Square hidden layer (64 x 64): W^T W = 2 I.
+        w1 = np.asarray(layers[1]["kernel"], np.float64)
+        assert w1.shape == (64, 64)
+        np.testing.assert_allclose(w1.T @ w1, 2 * np.eye(64), atol=1e-5)
+    # Output layers: the actor's columns have norm 0.01 and are orthogonal, the critic's has norm 1.
+    wa = np.asarray(_layers(params, "actor")[2]["kernel"], np.float64)
+    assert wa.shape == (64, 3)
+    np.testing.assert_allclose(wa.T @ wa, 1e-4 * np.eye(3), atol=1e-9)
+    wc = np.asarray(_layers(params, "critic")[2]["kernel"], np.float64)
+    assert wc.shape == (64, 1)
+    np.testing.assert_allclose(np.linalg.norm(wc[:, 0]), 1.0, rtol=1e-5)
+
+
+def test_actor_and_critic_are_separate(discrete):
+    _, params = discrete
+    a0 = np.asarray(params["params"]["actor"]["Dense_0"]["kernel"])
+    c0 = np.asarray(params["params"]["critic"]["Dense_0"]["kernel"])
+    assert not np.allclose(a0, c0)
+
+
+def test_hidden_sizes_and_activation():
+    net = ActorCritic(action_dim=2, discrete=True, hidden_sizes=(8, 16, 32), activation="relu")
+    params = net.init(jax.random.key(0), jnp.zeros((1, 5)))
+    shapes = [layer["kernel"].shape for layer in _layers(params, "actor")]
+    assert shapes == [(5, 8), (8, 16), (16, 32), (32, 2)]
+    # relu: the critic's value is piecewise linear, so scaling a (generic) observation scales the value.
+    obs = obs_batch((B, 5), seed=3)
+    v1 = net.apply(params, obs, method=ActorCritic.value)
+    v2 = net.apply(params, 2.0 * obs, method=ActorCritic.value)
+    np.testing.assert_allclose(v2, 2.0 * v1, rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_against_numpy():
+    mlp = MLP(hidden_sizes=(6,), out_features=2, out_gain=1.0, activation="tanh")
+    x = obs_batch((B, 3), seed=4)
+    params = mlp.init(jax.random.key(5), x)
+    p = jax.tree.map(lambda a: np.asarray(a, np.float64), params["params"])
+    h = np.tanh(np.asarray(x, np.float64) @ p["Dense_0"]["kernel"] + p["Dense_0"]["bias"])
+    ref = h @ p["Dense_1"]["kernel"] + p["Dense_1"]["bias"]
+    np.testing.assert_allclose(mlp.apply(params, x), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_minatar_obs_flattened():
+    net = ActorCritic(action_dim=3, discrete=True, obs_ndim=3)
+    obs = (obs_batch((B, 10, 10, 4), seed=6) > 0.5).astype(jnp.float32)
+    params = jax.jit(net.init)(jax.random.key(0), obs[:1])
+    assert params["params"]["actor"]["Dense_0"]["kernel"].shape == (400, 64)
+    dist, value = net.apply(params, obs)
+    assert dist.logits.shape == (B, 3) and value.shape == (B,)
+    # Flattening is the row-major reshape: an MLP on obs.reshape(B, 400) with the same parameters agrees.
+    flat_net = ActorCritic(action_dim=3, discrete=True, obs_ndim=1)
+    flat_dist, flat_value = flat_net.apply(params, obs.reshape(B, 400))
+    np.testing.assert_allclose(dist.logits, flat_dist.logits, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(value, flat_value, rtol=1e-5, atol=1e-6)
+    # Extra leading dims ([T, B, 10, 10, 4]) are kept.
+    dist_tb, value_tb = net.apply(params, jnp.stack([obs, obs]))
+    assert dist_tb.logits.shape == (2, B, 3) and value_tb.shape == (2, B)
+    np.testing.assert_allclose(value_tb[1], value, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (4, 64), (64, 2), (10, 10, 3)])
+def test_orthogonal_matches_jax_orthogonal_for_the_same_key(shape):
+    """Gram-Schmidt Q equals LAPACK's sign-corrected QR of the same Gaussian matrix."""
+    from jaxrl.networks import orthogonal
+
+    key = jax.random.key(3)
+    ours = orthogonal(1.7)(key, shape)
+    reference = jax.nn.initializers.orthogonal(1.7)(key, shape)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(reference), atol=2e-4)
