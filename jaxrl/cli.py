@@ -5,10 +5,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
 from jaxrl.algos import ALGORITHMS
+
+DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "jaxrl", "xla")
+
+
+def enable_compilation_cache(path: str) -> None:
+    """JAX's persistent cache: a second run of the same program loads it instead of compiling it."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def _number(text: str) -> int:
@@ -74,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
             help="also report the seconds until each seed's return first reached this",
         )
         run_group.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        run_group.add_argument(
+            "--compile-cache",
+            default=DEFAULT_CACHE,
+            help="folder of JAX's persistent compilation cache; 'none' turns it off",
+        )
         add_config_flags(sub, module.Config)
     return parser
 
@@ -83,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     from jaxrl import train as runner
 
     module = ALGORITHMS[args.algo]
+    if args.compile_cache.lower() != "none":
+        enable_compilation_cache(args.compile_cache)
     try:
         config = config_from_args(module.Config, args)
         module.validate(config)

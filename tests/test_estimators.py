@@ -236,7 +236,8 @@ def test_inside_episode_future_does_matter():
     term, trunc = _flags_at(T - 1, False, False)
     r2 = r.copy()
     r2[5] += 5.0
-    for name, f in zip(["td", "mc", "n_step", "n_step_3", "lambda", "gae_adv", "gae_targets"], _all_estimators(), strict=False):
+    names = ["td", "mc", "n_step", "n_step_3", "lambda", "gae_adv", "gae_targets"]
+    for name, f in zip(names, _all_estimators(), strict=False):
         changed = ~np.isclose(f(r2, v, next_v, term, trunc)[:, 0], f(r, v, next_v, term, trunc)[:, 0])
         expected = {"td": [5], "n_step_3": [3, 4, 5]}.get(name, range(6))
         np.testing.assert_array_equal(np.flatnonzero(changed), expected)
