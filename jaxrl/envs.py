@@ -42,6 +42,18 @@ class VecEnv:
     def __init__(self, env, params, num_envs: int, spec: EnvSpec):
         self.env, self.params, self.num_envs, self.spec = env, params, num_envs, spec
 
+    def max_truncations(self, num_steps: int) -> int:
+        """An upper bound on the truncated steps in a window of `num_steps` steps of all envs.
+
+        gymnax truncates when an episode reaches `max_steps_in_episode`, so one env truncates at most once
+        per that many steps; an env that overrides `is_truncated` gets the trivial bound.
+        """
+        limit = getattr(self.params, "max_steps_in_episode", None)
+        standard = type(self.env).is_truncated is gymnax.environments.environment.Environment.is_truncated
+        if not standard or not isinstance(limit, int) or limit < 1:
+            return num_steps * self.num_envs
+        return self.num_envs * min(num_steps, -(-num_steps // limit))
+
     def reset(self, key: jax.Array):
         keys = jax.random.split(key, self.num_envs)
         obs, state = jax.vmap(self.env.reset, in_axes=(0, None))(keys, self.params)

@@ -9,10 +9,14 @@ from flax import struct
 
 from jaxrl.types import Trajectory
 
-# act(obs[N, ...], key) -> (action[N, ...], log_prob[N], value[N])
-ActFn = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array, jax.Array]]
-# value(obs[..., *obs_shape]) -> value[...]
+# act(obs[N, ...], key) -> (action[N, ...], behaviour log_prob[N])
+ActFn = Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+# value(obs[..., *obs_shape]) -> value[...]; critic-free algorithms pass `zero_value`
 ValueFn = Callable[[jax.Array], jax.Array]
+
+
+def zero_value(obs: jax.Array, obs_ndim: int = 1) -> jax.Array:
+    return jnp.zeros(obs.shape[: obs.ndim - obs_ndim], jnp.float32)
 
 
 @struct.dataclass
@@ -33,15 +37,18 @@ def rollout(
 ) -> tuple[EnvCarry, Trajectory]:
     """Steps `env` (a jaxrl VecEnv with episode statistics) `num_steps` times with the policy `act`.
 
-    The value of each step's true successor (`info["final_observation"]`, which differs from the next
-    observation where an episode ended and the env auto-reset) is computed after the scan in one batched
-    call of `value`, so truncated episodes can bootstrap from it.
+    Only the policy runs inside the sequential scan; the critic runs after it on all [T + 1, N] observations
+    at once (the parameters do not change during a rollout, so the values are those an in-loop critic would
+    give, from fewer, larger matmuls). `next_values[t]` is the value of the true successor of step t:
+    V(o_{t+1}) inside an episode, 0 where it terminated, and where it was truncated the value of gymnax's
+    `info["final_observation"]` (the next observation there is the auto-reset one). Truncations come from
+    the time limit, so at most `env.max_truncations(T)` occur in a window; only those successors are
+    gathered and evaluated, instead of a second critic pass over every step.
     """
 
-    def step(carry: EnvCarry, step_key):
-        act_key, env_key = jax.random.split(step_key)
-        action, log_prob, v = act(carry.obs, act_key)
-        obs, state, reward, terminated, truncated, info = env.step(env_key, carry.state, action)
+    def step(carry: EnvCarry, keys):
+        action, log_prob = act(carry.obs, keys[0])
+        obs, state, reward, terminated, truncated, info = env.step(keys[1], carry.state, action)
         transition = (
             carry.obs,
             action,
@@ -49,21 +56,44 @@ def rollout(
             terminated,
             truncated,
             log_prob,
-            v,
             info["final_observation"],
             info["episode_return"],
             info["episode_length"],
         )
         return EnvCarry(state, obs), transition
 
-    (
-        carry,
-        (obs, actions, rewards, terminated, truncated, log_probs, values, final_obs, episode_return, episode_length),
-    ) = jax.lax.scan(step, carry, jax.random.split(key, num_steps))
-    next_values = value(final_obs)
-    return carry, Trajectory(
-        obs, actions, rewards, terminated, truncated, log_probs, values, next_values, episode_return, episode_length
+    carry, (obs, actions, rewards, terminated, truncated, log_probs, final_obs, episode_return, episode_length) = (
+        jax.lax.scan(step, carry, jax.random.split(key, (num_steps, 2)))
     )
+    values = value(jnp.concatenate([obs, carry.obs[None]]))  # [T + 1, N]
+    next_values = jnp.where(terminated, 0.0, values[1:])
+    next_values = bootstrap_truncated(
+        next_values, truncated & ~terminated, final_obs, value, env.max_truncations(num_steps)
+    )
+    return carry, Trajectory(
+        obs,
+        actions,
+        rewards,
+        terminated,
+        truncated,
+        log_probs,
+        values[:-1],
+        next_values,
+        episode_return,
+        episode_length,
+    )
+
+
+def bootstrap_truncated(
+    next_values: jax.Array, truncated: jax.Array, final_obs: jax.Array, value: ValueFn, max_count: int
+) -> jax.Array:
+    """Sets `next_values` [T, N] to `value(final_obs)` where `truncated`, evaluating at most `max_count`
+    gathered observations (the caller guarantees no more than `max_count` truncations)."""
+    size = truncated.size
+    index = jnp.nonzero(truncated.reshape(-1), size=max_count, fill_value=size)[0]
+    flat_obs = final_obs.reshape((size,) + final_obs.shape[truncated.ndim :])
+    successor_values = value(flat_obs[jnp.minimum(index, size - 1)])
+    return next_values.reshape(-1).at[index].set(successor_values, mode="drop").reshape(next_values.shape)
 
 
 def episode_metrics(traj: Trajectory) -> dict[str, jax.Array]:

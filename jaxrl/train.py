@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -111,9 +112,16 @@ def run(
         return jax.lax.scan(lambda s, _: algo.update(config, s), state, None, length=length)
 
     start = time.perf_counter()
-    init = jax.jit(jax.vmap(lambda k: algo.init(config, k))).lower(keys).compile()
+    init = jax.jit(jax.vmap(lambda k: algo.init(config, k)))
+    chunks = {n: jax.jit(jax.vmap(lambda s, n=n: chunk(s, n))) for n in set(sizes)}
+    abstract_state = jax.eval_shape(init, keys)
+    # XLA compiles outside the GIL: the init and chunk programs compile side by side on separate cores
+    with ThreadPoolExecutor(max_workers=1 + len(chunks)) as pool:
+        init_future = pool.submit(lambda: init.lower(keys).compile())
+        chunk_futures = {n: pool.submit(lambda f=f: f.lower(abstract_state).compile()) for n, f in chunks.items()}
+        init = init_future.result()
+        compiled = {n: future.result() for n, future in chunk_futures.items()}
     state = init(keys)
-    compiled = {n: jax.jit(jax.vmap(lambda s, n=n: chunk(s, n))).lower(state).compile() for n in set(sizes)}
     compile_s = time.perf_counter() - start
 
     history: list[dict[str, np.ndarray]] = []

@@ -18,7 +18,8 @@ class Trajectory:
     truncated: jax.Array  # [T, N] bool, the episode was cut by a time limit after step t
     log_probs: jax.Array  # [T, N] float32, log pi_behaviour(a_t | o_t) at collection time
     values: jax.Array  # [T, N] float32, V(o_t) (zeros for critic-free policies)
-    next_values: jax.Array  # [T, N] float32, V of the true successor o_{t+1} (final observation if done)
+    next_values: jax.Array  # [T, N] float32, V of the true successor of step t: V(o_{t+1}) inside an
+    #   episode, V(final observation) where truncated, 0 where terminated
     episode_return: jax.Array  # [T, N] float32, return of the episode that ended at t, else 0
     episode_length: jax.Array  # [T, N] int32, length of the episode that ended at t, else 0
 

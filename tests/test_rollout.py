@@ -26,9 +26,8 @@ class Setup:
         self.run = jax.jit(self._run)
 
     def act(self, obs, key):
-        dist, value = self.network.apply(self.params, obs)
-        action, log_prob = dist.sample_and_log_prob(seed=key)
-        return action, log_prob, value
+        dist = self.network.apply(self.params, obs, method=ActorCritic.policy)
+        return dist.sample_and_log_prob(seed=key)
 
     def value(self, obs):
         return self.network.apply(self.params, obs, method=ActorCritic.value)
@@ -133,13 +132,43 @@ def test_next_values_are_successor_values(cartpole64, traj64):
     assert (gap > 1e-6).all()
 
 
-def test_next_values_of_terminal_successors(cartpole64, traj64):
-    # The terminal successors of CartPole are out of bounds; evaluating the value fn on the terminal
-    # observation must differ from evaluating it on obs[t] (the state before the fall).
+def test_terminal_successors_have_value_zero(traj64):
     traj = to_np(traj64)
-    term = traj.terminated
-    assert term.any()
-    assert (np.abs(traj.next_values[term] - traj.values[term]) > 1e-7).all()
+    assert traj.terminated.any()
+    np.testing.assert_array_equal(traj.next_values[traj.terminated], 0.0)
+
+
+def test_truncated_successors_bootstrap_from_final_observation(cartpole64):
+    """Replays the rollout step by step in Python (same keys) and evaluates the critic on every
+    `final_observation` densely: the rollout's gathered evaluation must agree at every truncated step."""
+    setup = cartpole64
+    key = jax.random.key(1)
+    reset_key, rollout_key = jax.random.split(key)
+    traj = to_np(setup.run(key)[1])
+    carry = rollout.reset(setup.env, reset_key)
+    step = jax.jit(setup.env.step)
+    act = jax.jit(setup.act)
+    final_obs = []
+    for keys in jax.random.split(rollout_key, (setup.num_steps, 2)):
+        action, _ = act(carry.obs, keys[0])
+        obs, state, *_, info = step(keys[1], carry.state, action)
+        final_obs.append(info["final_observation"])
+        carry = rollout.EnvCarry(state, obs)
+    dense = np.asarray(setup.value(jnp.stack(final_obs)))
+    trunc = traj.truncated & ~traj.terminated
+    assert trunc.sum() >= 2
+    np.testing.assert_allclose(traj.next_values[trunc], dense[trunc], rtol=1e-5, atol=1e-5)
+
+
+def test_bootstrap_truncated_gathers_only_masked_entries():
+    values = jnp.arange(12.0).reshape(4, 3)
+    mask = jnp.zeros((4, 3), bool).at[1, 2].set(True).at[3, 0].set(True)
+    final_obs = jnp.arange(24.0).reshape(4, 3, 2)
+    out = rollout.bootstrap_truncated(values, mask, final_obs, lambda o: o.sum(-1) * 100, max_count=3)
+    expected = np.arange(12.0).reshape(4, 3)
+    expected[1, 2] = (10 + 11) * 100
+    expected[3, 0] = (18 + 19) * 100
+    np.testing.assert_array_equal(out, expected)
 
 
 def test_carry_continues_rollout(cartpole16):

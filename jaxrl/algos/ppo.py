@@ -8,6 +8,7 @@ of the clipped surrogate + value loss - entropy bonus, all inside one compiled p
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -130,6 +131,18 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
     return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
 
 
+def behaviour(network: ActorCritic, params) -> tuple[Callable, Callable]:
+    """The rollout's policy `act(obs, key) -> (action, log_prob)` and critic `value(obs)` at `params`."""
+
+    def act(obs, key):
+        return network.apply(params, obs, method=ActorCritic.policy).sample_and_log_prob(seed=key)
+
+    def value(obs):
+        return network.apply(params, obs, method=ActorCritic.value)
+
+    return act, value
+
+
 def init(config: Config, key: jax.Array) -> TrainState:
     env = make_env(config)
     network = make_network(config, env.spec)
@@ -169,14 +182,7 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
     optimizer = make_optimizer(config)
     key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
 
-    def act(obs, key):
-        dist, value = network.apply(state.params, obs)
-        action, log_prob = dist.sample_and_log_prob(seed=key)
-        return action, log_prob, value
-
-    def value(obs):
-        return network.apply(state.params, obs, method=ActorCritic.value)
-
+    act, value = behaviour(network, state.params)
     carry, traj = rollout(env, act, value, state.env, rollout_key, config.num_steps)
     advantages, targets = estimators.gae(
         traj.rewards, traj.values, traj.next_values, traj.terminated, traj.truncated, config.gamma, config.gae_lambda

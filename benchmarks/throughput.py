@@ -1,0 +1,308 @@
+"""Throughput of jaxrl on CPU/accelerator, all measured in one process so the ratios are comparable.
+
+For each num_envs, with the same number of env steps S = iterations * num_steps * num_envs:
+  (a0) env-only, random actions: jit(lax.scan) of the VecEnv (episode statistics included);
+  (a)  env-only, actions sampled by PPO's actor forward pass (params from ppo.init), no learning, no critic;
+  (b)  PPO's rollout phase alone: `rollout.rollout` as `ppo.update` calls it (trajectory stored, critic on
+       the observations and final observations after the scan), scanned over `iterations` with fixed params;
+  (c)  PPO training: `ppo.make_train` for `iterations` iterations.
+Then (d) PPO at PureJaxRL's default CartPole config, and (e) `jit(vmap)` of (d) over 8 seeds.
+
+Compile seconds: `jax.jit(f).lower(*args).compile()` (tracing included). Run seconds: the best of
+`--repeats` calls of the compiled function. Usage: `python -m benchmarks.throughput [--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl import rollout as rollout_lib
+from jaxrl.algos import ppo
+
+MAX_STEPS = 3_000_000  # iterations are scaled down so that one measured run has at most this many env steps
+PUREJAXRL = dict(
+    num_envs=4,
+    num_steps=128,
+    total_timesteps=500_000,
+    update_epochs=4,
+    num_minibatches=4,
+    learning_rate=2.5e-4,
+    anneal_lr=True,
+    clip_value_loss=True,
+    ent_coef=0.01,
+)
+
+
+def measure(fn, *args, repeats: int = 2):
+    """Returns (compile_s, run_s, output): lower+compile time, and the best of `repeats` compiled calls."""
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - start
+    run_s = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = jax.block_until_ready(compiled(*args))
+        run_s = min(run_s, time.perf_counter() - start)
+    return compile_s, run_s, out
+
+
+def random_act(spec):
+    def act(obs, key):
+        n = obs.shape[0]
+        if spec.discrete:
+            action = jax.random.randint(key, (n,), 0, spec.action_dim)
+        else:
+            action = jax.random.uniform(key, (n, spec.action_dim), minval=spec.action_low, maxval=spec.action_high)
+        return action, jnp.zeros(n)
+
+    return act
+
+
+def env_loop(env, make_act, length: int):
+    """`(params, carry, key) -> checksum`: `length` steps of `env` driven by `make_act(params)`; no storage."""
+
+    def run(params, carry, key):
+        act = make_act(params)
+
+        def step(state, step_key):
+            carry, total = state
+            act_key, env_key = jax.random.split(step_key)
+            action, log_prob = act(carry.obs, act_key)
+            obs, env_state, reward, *_ = env.step(env_key, carry.state, action)
+            total = total + reward.sum() + log_prob.sum()  # keeps the forward pass alive
+            return (rollout_lib.EnvCarry(env_state, obs), total), None
+
+        (_, total), _ = jax.lax.scan(step, (carry, jnp.zeros(())), jax.random.split(key, length))
+        return total
+
+    return run
+
+
+def rollout_loop(config: ppo.Config, iterations: int):
+    """`(params, carry, key) -> checksum`: `iterations` calls of `rollout.rollout` exactly as in `ppo.update`."""
+    env = ppo.make_env(config)
+    network = ppo.make_network(config, env.spec)
+
+    def run(params, carry, key):
+        act, value = ppo.behaviour(network, params)
+
+        def iteration(carry, iteration_key):
+            carry, traj = rollout_lib.rollout(env, act, value, carry, iteration_key, config.num_steps)
+            return carry, sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(traj))
+
+        return jax.lax.scan(iteration, carry, jax.random.split(key, iterations))[1].sum()
+
+    return run
+
+
+def final_return(metrics) -> float:
+    """Mean episode return over the last 10 iterations (and over seeds when vmapped); NaN where none ended."""
+    returns = np.asarray(metrics["episode_return"])[..., -10:]
+    return float(np.nanmean(returns)) if np.isfinite(returns).any() else float("nan")
+
+
+def row(case, num_envs, steps, compile_s, run_s, **extra):
+    return {
+        "case": case,
+        "num_envs": num_envs,
+        "steps": steps,
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "steps_per_s": steps / run_s,
+        **extra,
+    }
+
+
+def bench_num_envs(args, num_envs: int, key) -> list[dict]:
+    batch = num_envs * args.num_steps
+    iterations = max(1, min(max(args.iterations, -(-args.min_steps // batch)), MAX_STEPS // batch))
+    steps = iterations * args.num_steps * num_envs
+    config = ppo.Config(
+        env=args.env,
+        num_envs=num_envs,
+        num_steps=args.num_steps,
+        total_timesteps=steps,
+        update_epochs=4,
+        num_minibatches=4,
+    )
+    state = ppo.init(config, key)
+    env = ppo.make_env(config)
+    network = ppo.make_network(config, env.spec)
+    loop_args = (state.params, state.env, key)
+    length = iterations * args.num_steps
+    extra = {"iterations": iterations, "num_steps": args.num_steps}
+
+    random_loop = env_loop(env, lambda params: random_act(env.spec), length)
+    a0 = row(
+        "a0 env, random actions", num_envs, steps, *measure(random_loop, *loop_args, repeats=args.repeats)[:2], **extra
+    )
+    policy_loop = env_loop(env, lambda params: ppo.behaviour(network, params)[0], length)
+    a = row(
+        "a env + policy forward", num_envs, steps, *measure(policy_loop, *loop_args, repeats=args.repeats)[:2], **extra
+    )
+    b = row(
+        "b PPO rollout phase",
+        num_envs,
+        steps,
+        *measure(rollout_loop(config, iterations), *loop_args, repeats=args.repeats)[:2],
+        **extra,
+    )
+    compile_s, run_s, (_, metrics) = measure(ppo.make_train(config), key, repeats=args.repeats)
+    c = row("c PPO train", num_envs, steps, compile_s, run_s, final_return=final_return(metrics), **extra)
+    for r in (a0, a, b, c):
+        r["vs_a"] = r["steps_per_s"] / a["steps_per_s"]
+    c["rollout_share"] = b["run_s"] / c["run_s"]  # fraction of training time spent in the rollout phase
+    return [a0, a, b, c]
+
+
+def bench_purejaxrl(args, key) -> list[dict]:
+    config = ppo.Config(env=args.env, **PUREJAXRL)
+    train = ppo.make_train(config)
+    steps = config.num_iterations * config.batch_size
+    compile_s, run_s, (_, metrics) = measure(train, key, repeats=args.repeats)
+    d = row(
+        "d PPO, PureJaxRL config",
+        config.num_envs,
+        steps,
+        compile_s,
+        run_s,
+        final_return=final_return(metrics),
+        iterations=config.num_iterations,
+        num_steps=config.num_steps,
+    )
+    if args.quick:
+        return [d]
+    seeds = 8
+    compile_s, run_s, (_, metrics) = measure(jax.vmap(train), jax.random.split(key, seeds), repeats=args.repeats)
+    e = row(
+        f"e same, jit(vmap) {seeds} seeds",
+        config.num_envs,
+        seeds * steps,
+        compile_s,
+        run_s,
+        final_return=final_return(metrics),
+        iterations=config.num_iterations,
+        num_steps=config.num_steps,
+        seeds=seeds,
+    )
+    e["vs_one_seed"] = e["steps_per_s"] / d["steps_per_s"]
+    return [d, e]
+
+
+def machine() -> dict:
+    processor = platform.processor()
+    try:
+        processor = (
+            next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+            or processor
+        )
+    except (OSError, StopIteration):
+        pass
+    return {
+        "processor": processor,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "devices": [str(d) for d in jax.devices()],
+    }
+
+
+def fmt(value, spec):
+    return "" if value is None else format(value, spec)
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| num_envs | case | iters x steps | env steps | compile s | run s | env steps/s | vs (a) | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        note = []
+        if "rollout_share" in r:
+            note.append(f"rollout {r['rollout_share']:.0%} of train time")
+        if "vs_one_seed" in r:
+            note.append(f"{r['vs_one_seed']:.2f}x one seed")
+        if "final_return" in r:
+            note.append(f"final return {r['final_return']:.0f}")
+        lines.append(
+            f"| {r['num_envs']} | {r['case']} | {r['iterations']} x {r['num_steps']} | {r['steps']:,} | "
+            f"{r['compile_s']:.1f} | {r['run_s']:.3f} | {r['steps_per_s'] / 1e6:.3f}M | "
+            f"{fmt(r.get('vs_a'), '.2f')} | {'; '.join(note)} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[16, 256, 2048])
+    parser.add_argument("--num-steps", type=int, default=64)
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=20,
+        help=f"PPO iterations per measured run; more where needed to reach --min-steps, "
+        f"fewer where it would exceed {MAX_STEPS:,} env steps",
+    )
+    parser.add_argument(
+        "--min-steps",
+        type=int,
+        default=2**18,
+        help="env steps per measured run at least, so small num_envs are not timed in milliseconds",
+    )
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", default="benchmarks/results/throughput.json")
+    parser.add_argument(
+        "--quick", action="store_true", help="num_envs 16 256, 10 iterations, min steps 65536, no vmap over seeds"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.num_envs, args.iterations, args.min_steps = [16, 256], 10, 2**16
+
+    start = time.perf_counter()
+    jax.block_until_ready(jax.jit(lambda x: x + 1)(jnp.ones(())))  # warm up the backend
+    key = jax.random.key(0)
+    info, out = machine(), Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    sections = [lambda n=n: bench_num_envs(args, n, key) for n in args.num_envs] + [lambda: bench_purejaxrl(args, key)]
+    for section in sections:
+        new = section()
+        print(table(new).split("\n", 2)[2], flush=True)
+        rows += new
+        wall_s = time.perf_counter() - start  # the JSON is rewritten after each section, so a stall loses one
+        out.write_text(
+            json.dumps(
+                {
+                    "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                    "machine": info,
+                    "args": vars(args),
+                    "wall_s": wall_s,
+                    "results": rows,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+
+    print(
+        f"\n## jaxrl throughput, {args.env} ({datetime.date.today()}; {info['processor']}, "
+        f"{info['cpu_count']} CPUs; jax {info['jax']} {info['devices']}; total {wall_s:.0f} s)\n"
+    )
+    print(table(rows))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
