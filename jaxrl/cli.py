@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         )
         run_group.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         run_group.add_argument(
+            "--resume",
+            default=None,
+            metavar="RUN_DIR",
+            help="continue the run in RUN_DIR from its latest checkpoint (its config.json wins)",
+        )
+        run_group.add_argument("--checkpoint-every", type=int, default=5, help="save a checkpoint every N chunks")
+        run_group.add_argument(
             "--compile-cache",
             default=DEFAULT_CACHE,
             help="folder of JAX's persistent compilation cache; 'none' turns it off",
@@ -97,27 +104,55 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from jaxrl import checkpoint
     from jaxrl import train as runner
 
     module = ALGORITHMS[args.algo]
     if args.compile_cache.lower() != "none":
         enable_compilation_cache(args.compile_cache)
     try:
-        config = config_from_args(module.Config, args)
+        if args.resume:
+            saved = json.loads((Path(args.resume) / "config.json").read_text())
+            fields = {f.name: f for f in dataclasses.fields(module.Config)}
+            config = module.Config(
+                **{k: tuple(v) if isinstance(v, list) else v for k, v in saved["config"].items() if k in fields}
+            )
+            args.seeds, args.seed = saved["seeds"], saved["seed"]
+        else:
+            config = config_from_args(module.Config, args)
         module.validate(config)
-    except (TypeError, ValueError) as error:
+    except (OSError, TypeError, ValueError) as error:
         print(f"jaxrl: error: {error}", file=sys.stderr)
         return 2
-    run_dir = Path(args.run_dir) if args.run_dir else runner.make_run_dir(args.runs_dir, args.algo, config)
-    result = runner.run(
-        module,
-        config,
-        seeds=args.seeds,
-        seed=args.seed,
-        num_chunks=args.chunks,
-        run_dir=run_dir,
-        progress=not args.no_progress,
-    )
+    if args.resume:
+        run_dir = Path(args.resume)
+    else:
+        run_dir = Path(args.run_dir) if args.run_dir else runner.make_run_dir(args.runs_dir, args.algo, config)
+    try:
+        result = runner.run(
+            module,
+            config,
+            seeds=args.seeds,
+            seed=args.seed,
+            num_chunks=args.chunks,
+            run_dir=run_dir,
+            progress=not args.no_progress,
+            checkpoint_every=args.checkpoint_every,
+            resume=bool(args.resume),
+        )
+    except runner.Interrupted as stop:
+        print(
+            f"jaxrl: interrupted after iteration {stop.iteration}; checkpoint and metrics saved in {run_dir}. "
+            f"Continue with: jaxrl train {args.algo} --resume {run_dir}",
+            file=sys.stderr,
+        )
+        return 130
+    except runner.Divergence as error:
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return 3
+    except checkpoint.CheckpointError as error:
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return 2
     info = runner.summary(result, args.target_return)
     (run_dir / "summary.json").write_text(json.dumps(info, indent=2))
     print(runner.format_summary(info))

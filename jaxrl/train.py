@@ -22,6 +22,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from jaxrl import checkpoint
 from jaxrl.configs import to_dict
 
 
@@ -83,6 +84,31 @@ def make_run_dir(root: str | Path, algo_name: str, config) -> Path:
     return path
 
 
+class Divergence(RuntimeError):
+    """Training produced non-finite losses or parameters; the last good checkpoint is kept."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: the state after the last completed chunk was checkpointed and the CSV flushed."""
+
+    def __init__(self, iteration: int, run_dir: Path | None):
+        super().__init__(f"interrupted after iteration {iteration}")
+        self.iteration, self.run_dir = iteration, run_dir
+
+
+def _first_non_finite(metrics: dict[str, np.ndarray], params) -> str | None:
+    """Names the first non-finite loss (and its chunk-local iteration), or non-finite parameters."""
+    for name in sorted(metrics):
+        if "loss" in name:
+            bad = ~np.isfinite(metrics[name])
+            if bad.any():
+                seed, i = np.argwhere(bad)[0]
+                return f"{name} is {metrics[name][seed, i]} (seed index {seed}, chunk iteration {i})"
+    if not all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(params)):
+        return "the parameters hold non-finite values"
+    return None
+
+
 def run(
     algo: ModuleType,
     config,
@@ -92,64 +118,105 @@ def run(
     num_chunks: int = 20,
     run_dir: str | Path | None = None,
     progress: bool = True,
+    checkpoint_every: int = 5,
+    resume: bool = False,
 ) -> RunResult:
-    """Trains `seeds` seeds of `algo` (a module with Config/validate/init/update) under one `jax.vmap`."""
+    """Trains `seeds` seeds of `algo` (a module with Config/validate/init/update) under one `jax.vmap`.
+
+    With a `run_dir`, the training state is checkpointed every `checkpoint_every` chunks, at the end and on
+    Ctrl-C (raised again as `Interrupted` once saved); `resume=True` continues from the run folder's latest
+    checkpoint and gives the same results as an uninterrupted run. Non-finite losses or parameters stop the
+    run at the chunk boundary with `Divergence`, before the bad state is saved.
+    """
     algo.validate(config)
     if seeds < 1:
         raise ValueError(f"seeds={seeds}: need at least one seed.")
+    if resume and run_dir is None:
+        raise ValueError("resume=True needs the run_dir to resume from.")
     keys = jax.random.split(jax.random.key(seed), seeds)
-    sizes = chunk_sizes(config.num_iterations, num_chunks)
     steps_per_iteration = config.num_envs * config.num_steps
-    algo_name = algo.__name__.rsplit(".", 1)[-1]
+    algo_name = getattr(algo, "__name__", "algo").rsplit(".", 1)[-1]
+    info = {"algo": algo_name, "seeds": seeds, "seed": seed, "config": to_dict(config)}
+    checkpoints = None
     if run_dir is not None:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(
-            json.dumps({"algo": algo_name, "seeds": seeds, "seed": seed, "config": to_dict(config)}, indent=2)
-        )
+        checkpoints = run_dir / "checkpoints"
+        (run_dir / "config.json").write_text(json.dumps(info, indent=2))
 
     def chunk(state, length):
         return jax.lax.scan(lambda s, _: algo.update(config, s), state, None, length=length)
 
     start = time.perf_counter()
     init = jax.jit(jax.vmap(lambda k: algo.init(config, k)))
-    chunks = {n: jax.jit(jax.vmap(lambda s, n=n: chunk(s, n))) for n in set(sizes)}
     abstract_state = jax.eval_shape(init, keys)
+    done, history = 0, []
+    if resume:
+        done, state, restored = checkpoint.restore(checkpoints, abstract_state, json.loads(json.dumps(info)))
+        history = [restored]
+    sizes = chunk_sizes(config.num_iterations - done, num_chunks) if done < config.num_iterations else []
+    chunks = {n: jax.jit(jax.vmap(lambda s, n=n: chunk(s, n))) for n in set(sizes)}
     # XLA compiles outside the GIL: the init and chunk programs compile side by side on separate cores
     with ThreadPoolExecutor(max_workers=1 + len(chunks)) as pool:
-        init_future = pool.submit(lambda: init.lower(keys).compile())
+        init_future = None if resume else pool.submit(lambda: init.lower(keys).compile())
         chunk_futures = {n: pool.submit(lambda f=f: f.lower(abstract_state).compile()) for n, f in chunks.items()}
-        init = init_future.result()
         compiled = {n: future.result() for n, future in chunk_futures.items()}
-    state = init(keys)
+        if init_future is not None:
+            state = init_future.result()(keys)
     compile_s = time.perf_counter() - start
 
-    history: list[dict[str, np.ndarray]] = []
-    wall = []
+    wall = [float("nan")] * done  # wall time of iterations run before a resume is unknown
     writer = _CsvMetrics(run_dir / "metrics.csv") if run_dir is not None else None
+    if writer is not None and history:  # a resume rewrites the CSV from the checkpoint's metrics
+        writer.append(history[0], 0, steps_per_iteration)
     bar = tqdm(
         total=config.num_iterations * steps_per_iteration * seeds,
+        initial=done * steps_per_iteration * seeds,
         unit="step",
         unit_scale=True,
         disable=not progress,
         desc=f"{algo_name} {config.env} x{seeds}",
     )
+
+    saved = [done if resume else None]
+
+    def save():
+        if checkpoints is not None and history and saved[0] != done:
+            merged = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
+            checkpoint.save(checkpoints, done, state, merged, info)
+            saved[0] = done
+
     run_start = time.perf_counter()
     try:
-        done = 0
-        for size in sizes:
+        for index, size in enumerate(sizes):
             chunk_start = time.perf_counter()
-            state, metrics = compiled[size](state)
+            new_state, metrics = compiled[size](state)
             metrics = jax.tree.map(np.asarray, metrics)  # blocks until the chunk is finished
+            problem = _first_non_finite(metrics, getattr(new_state, "params", None))
+            if problem is not None:
+                raise Divergence(
+                    f"{algo_name} on {config.env} diverged in iterations {done}-{done + size - 1}: {problem}. "
+                    f"Config: {to_dict(config)}. "
+                    + (
+                        f"The last checkpoint (iteration {saved[0]}) in {checkpoints} is kept."
+                        if saved[0] is not None
+                        else "No checkpoint was written before it."
+                    )
+                )
+            history.append(metrics)
+            state, done = new_state, done + size
             now = time.perf_counter()
             wall.extend(compile_s + chunk_start - run_start + (now - chunk_start) * (np.arange(size) + 1) / size)
-            history.append(metrics)
             if writer is not None:
-                writer.append(metrics, done, steps_per_iteration, seed)
-            done += size
+                writer.append(metrics, done - size, steps_per_iteration)
             bar.update(size * steps_per_iteration * seeds)
             recent = metrics["episode_return"][:, -1]
             bar.set_postfix(ret="nan" if np.isnan(recent).all() else f"{np.nanmean(recent):.1f}")
+            if (index + 1) % checkpoint_every == 0 or index == len(sizes) - 1:
+                save()
+    except KeyboardInterrupt as error:
+        save()
+        raise Interrupted(done, run_dir) from error
     finally:
         bar.close()
         if writer is not None:
@@ -164,13 +231,13 @@ def run(
 
 
 class _CsvMetrics:
-    """One row per (seed, iteration), written as each chunk finishes."""
+    """One row per (seed, iteration), written and flushed as each chunk finishes."""
 
     def __init__(self, path: Path):
-        self.file = open(path, "w", newline="")
+        self.file = open(path, "w", newline="")  # noqa: SIM115 - closed by close()
         self.writer = None
 
-    def append(self, metrics: dict[str, np.ndarray], first_iteration: int, steps_per_iteration: int, base_seed: int):
+    def append(self, metrics: dict[str, np.ndarray], first_iteration: int, steps_per_iteration: int):
         names = sorted(metrics)
         if self.writer is None:
             self.writer = csv.writer(self.file)

@@ -1,0 +1,145 @@
+"""Checkpoints: resume equals an uninterrupted run, Ctrl-C saves, corrupt or mismatched checkpoints and
+diverging runs give clear errors."""
+
+import csv
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import assert_trees_close
+from jaxrl import checkpoint
+from jaxrl import train as runner
+from jaxrl.algos import ppo
+
+CONFIG = ppo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=1, num_minibatches=2)
+
+
+def csv_rows(run_dir):
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return runner.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path_factory.mktemp("full"), progress=False)
+
+
+def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, uninterrupted):
+    calls = {"n": 0}
+    append = runner._CsvMetrics.append
+
+    def interrupt_on_third_chunk(self, *args):
+        calls["n"] += 1
+        append(self, *args)
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner._CsvMetrics, "append", interrupt_on_third_chunk)
+    with pytest.raises(runner.Interrupted) as stop:
+        runner.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path, progress=False, checkpoint_every=100)
+    assert stop.value.iteration == 3
+    assert checkpoint.latest_iteration(tmp_path / "checkpoints") == 3
+    monkeypatch.setattr(runner._CsvMetrics, "append", append)
+
+    resumed = runner.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path, progress=False, resume=True)
+    assert_trees_close(resumed.state, uninterrupted.state, rtol=0, atol=0)
+    assert_trees_close(resumed.metrics, uninterrupted.metrics, rtol=0, atol=0)
+
+    def key(row):
+        return int(row["seed"]), int(row["iteration"])
+
+    assert sorted(csv_rows(tmp_path), key=key) == sorted(csv_rows(uninterrupted.run_dir), key=key)
+
+
+def test_mismatched_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
+    other = dataclasses.replace(CONFIG, learning_rate=1e-4)
+    with pytest.raises(checkpoint.CheckpointError, match="learning_rate"):
+        runner.run(ppo, other, seeds=2, num_chunks=6, run_dir=uninterrupted.run_dir, progress=False, resume=True)
+    with pytest.raises(checkpoint.CheckpointError, match="no checkpoint"):
+        runner.run(ppo, CONFIG, seeds=2, run_dir=tmp_path / "empty", progress=False, resume=True)
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
+    import shutil
+
+    shutil.copytree(uninterrupted.run_dir, tmp_path / "run")
+    latest = tmp_path / "run" / "checkpoints" / str(checkpoint.latest_iteration(tmp_path / "run" / "checkpoints"))
+    for path in (latest / "state").rglob("*"):
+        if path.is_file() and path.stat().st_size > 0:
+            path.write_bytes(b"garbage")
+    with pytest.raises(checkpoint.CheckpointError, match="cannot be restored"):
+        runner.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path / "run", progress=False, resume=True)
+
+
+def test_divergence_stops_at_the_chunk_boundary(tmp_path):
+    def update(config, state):
+        state, metrics = ppo.update(config, state)
+        poisoned = jnp.where(state.iteration >= 4, jnp.nan, 0.0)
+        params = jax.tree.map(lambda x: x + poisoned, state.params)
+        return state.replace(params=params), {**metrics, "value_loss": metrics["value_loss"] + poisoned}
+
+    algo = types.SimpleNamespace(__name__="poisoned", validate=ppo.validate, init=ppo.init, update=update)
+    with pytest.raises(runner.Divergence, match=r"iterations 3-3: value_loss is nan") as error:
+        runner.run(algo, CONFIG, seeds=1, num_chunks=6, run_dir=tmp_path, progress=False, checkpoint_every=1)
+    assert "iteration 3" in str(error.value)
+    assert checkpoint.latest_iteration(tmp_path / "checkpoints") == 3
+
+
+@pytest.mark.slow
+def test_sigint_to_cli_saves_a_loadable_checkpoint_and_complete_csv(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = [
+        sys.executable,
+        "-m",
+        "jaxrl.cli",
+        "train",
+        "ppo",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "16",
+        "--total-timesteps",
+        str(4 * 16 * 4000),
+        "--update-epochs",
+        "1",
+        "--num-minibatches",
+        "2",
+        "--chunks",
+        "400",
+        "--checkpoint-every",
+        "1000",
+        "--no-progress",
+        "--compile-cache",
+        "none",
+        "--run-dir",
+        str(run_dir),
+    ]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.time() + 120
+    while time.time() < deadline and len(csv_rows(run_dir) if (run_dir / "metrics.csv").exists() else []) < 20:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "--resume" in err
+    saved = checkpoint.latest_iteration(run_dir / "checkpoints")
+    assert saved is not None and saved >= 10
+    like = jax.eval_shape(jax.vmap(lambda k: ppo.init(CONFIG, k)), jax.random.split(jax.random.key(0), 1))
+    cli_config = dataclasses.replace(CONFIG, total_timesteps=4 * 16 * 4000)
+    iteration, state, metrics = checkpoint.restore(
+        run_dir / "checkpoints", like, __import__("json").loads((run_dir / "config.json").read_text())
+    )
+    assert iteration == saved and np.asarray(state.iteration)[0] == saved
+    assert metrics["value_loss"].shape == (1, saved)
+    rows = csv_rows(run_dir)
+    assert len(rows) == saved and rows[-1]["iteration"] == str(saved - 1)
+    assert cli_config.num_iterations == 4000
