@@ -93,17 +93,28 @@ def build_parser() -> argparse.ArgumentParser:
             help="continue the run in RUN_DIR from its latest checkpoint (its config.json wins)",
         )
         run_group.add_argument("--checkpoint-every", type=int, default=5, help="save a checkpoint every N chunks")
+        run_group.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
         run_group.add_argument(
             "--compile-cache",
             default=DEFAULT_CACHE,
             help="folder of JAX's persistent compilation cache; 'none' turns it off",
         )
         add_config_flags(sub, module.Config)
+    plot = commands.add_parser("plot", help="learning curves of run folders as a PNG")
+    plot.add_argument("run_dirs", nargs="+", help="run folders (each with metrics.csv)")
+    plot.add_argument("--out", default="learning_curves.png", help="PNG file to write")
+    plot.add_argument("--metric", default="episode_return", help="metrics.csv column on the y axis")
+    plot.add_argument("--x", default="env_steps", choices=["env_steps", "wall_s"], help="x axis")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "plot":
+        from jaxrl.plot import learning_curves
+
+        print(learning_curves(args.run_dirs, args.out, args.metric, args.x))
+        return 0
     from jaxrl import checkpoint
     from jaxrl import train as runner
 
@@ -138,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             run_dir=run_dir,
             progress=not args.no_progress,
             checkpoint_every=args.checkpoint_every,
+            tensorboard=args.tensorboard,
             resume=bool(args.resume),
         )
     except runner.Interrupted as stop:

@@ -8,7 +8,6 @@ appended to `metrics.csv` at once, so an interrupted run keeps every completed i
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import datetime
 import json
@@ -22,7 +21,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from jaxrl import checkpoint
+from jaxrl import checkpoint, logging
 from jaxrl.configs import to_dict
 
 
@@ -120,13 +119,15 @@ def run(
     progress: bool = True,
     checkpoint_every: int = 5,
     resume: bool = False,
+    tensorboard: bool = False,
 ) -> RunResult:
     """Trains `seeds` seeds of `algo` (a module with Config/validate/init/update) under one `jax.vmap`.
 
     With a `run_dir`, the training state is checkpointed every `checkpoint_every` chunks, at the end and on
     Ctrl-C (raised again as `Interrupted` once saved); `resume=True` continues from the run folder's latest
     checkpoint and gives the same results as an uninterrupted run. Non-finite losses or parameters stop the
-    run at the chunk boundary with `Divergence`, before the bad state is saved.
+    run at the chunk boundary with `Divergence`, before the bad state is saved. Metrics go to
+    `run_dir/metrics.csv` and, with `tensorboard`, to TensorBoard event files in `run_dir/tensorboard`.
     """
     algo.validate(config)
     if seeds < 1:
@@ -166,9 +167,13 @@ def run(
     compile_s = time.perf_counter() - start
 
     wall = [float("nan")] * done  # wall time of iterations run before a resume is unknown
-    writer = _CsvMetrics(run_dir / "metrics.csv") if run_dir is not None else None
-    if writer is not None and history:  # a resume rewrites the CSV from the checkpoint's metrics
-        writer.append(history[0], 0, steps_per_iteration)
+    sinks = []
+    if run_dir is not None:
+        sinks.append(logging.CsvSink(run_dir / "metrics.csv"))
+        if tensorboard:
+            sinks.append(logging.TensorBoardSink(run_dir / "tensorboard"))
+    for sink in sinks if history else []:  # a resume rewrites the logs from the checkpoint's metrics
+        sink.write(history[0], 0, steps_per_iteration)
     bar = tqdm(
         total=config.num_iterations * steps_per_iteration * seeds,
         initial=done * steps_per_iteration * seeds,
@@ -206,9 +211,10 @@ def run(
             history.append(metrics)
             state, done = new_state, done + size
             now = time.perf_counter()
-            wall.extend(compile_s + chunk_start - run_start + (now - chunk_start) * (np.arange(size) + 1) / size)
-            if writer is not None:
-                writer.append(metrics, done - size, steps_per_iteration)
+            chunk_wall = compile_s + chunk_start - run_start + (now - chunk_start) * (np.arange(size) + 1) / size
+            wall.extend(chunk_wall)
+            for sink in sinks:
+                sink.write(metrics, done - size, steps_per_iteration, chunk_wall)
             bar.update(size * steps_per_iteration * seeds)
             recent = metrics["episode_return"][:, -1]
             bar.set_postfix(ret="nan" if np.isnan(recent).all() else f"{np.nanmean(recent):.1f}")
@@ -219,8 +225,8 @@ def run(
         raise Interrupted(done, run_dir) from error
     finally:
         bar.close()
-        if writer is not None:
-            writer.close()
+        for sink in sinks:
+            sink.close()
     run_s = time.perf_counter() - run_start
     metrics = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
     env_steps = (np.arange(config.num_iterations) + 1) * steps_per_iteration
@@ -228,31 +234,6 @@ def run(
     if run_dir is not None:
         (run_dir / "summary.json").write_text(json.dumps(summary(result), indent=2))
     return result
-
-
-class _CsvMetrics:
-    """One row per (seed, iteration), written and flushed as each chunk finishes."""
-
-    def __init__(self, path: Path):
-        self.file = open(path, "w", newline="")  # noqa: SIM115 - closed by close()
-        self.writer = None
-
-    def append(self, metrics: dict[str, np.ndarray], first_iteration: int, steps_per_iteration: int):
-        names = sorted(metrics)
-        if self.writer is None:
-            self.writer = csv.writer(self.file)
-            self.writer.writerow(["seed", "iteration", "env_steps", *names])
-        seeds, size = metrics[names[0]].shape
-        for s in range(seeds):
-            for i in range(size):
-                iteration = first_iteration + i
-                self.writer.writerow(
-                    [s, iteration, (iteration + 1) * steps_per_iteration, *(f"{metrics[n][s, i]:.6g}" for n in names)]
-                )
-        self.file.flush()
-
-    def close(self):
-        self.file.close()
 
 
 def summary(result: RunResult, target_return: float | None = None) -> dict[str, Any]:

@@ -1,0 +1,67 @@
+"""Metric sinks, written between compiled chunks (never from inside the compiled loop).
+
+Each sink takes `write(metrics, first_iteration, steps_per_iteration)` with metrics {name: [seeds, size]}
+and `close()`. `CsvSink` writes one row per (seed, iteration); `TensorBoardSink` writes event files
+(tensorboardX) with the mean over seeds under `NAME` and each seed under `seed_S/NAME`.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+
+class CsvSink:
+    """`metrics.csv`: seed, iteration, env_steps and every metric; flushed after every chunk."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "w", newline="")  # noqa: SIM115 - closed by close()
+        self.writer = None
+
+    def write(self, metrics: dict[str, np.ndarray], first_iteration: int, steps_per_iteration: int, wall_s=None):
+        """`wall_s`: [size] seconds since the run started (compile included) at the end of each iteration."""
+        names = sorted(metrics)
+        if self.writer is None:
+            self.writer = csv.writer(self.file)
+            self.writer.writerow(["seed", "iteration", "env_steps", "wall_s", *names])
+        seeds, size = metrics[names[0]].shape
+        wall_s = np.full(size, np.nan) if wall_s is None else np.asarray(wall_s)
+        for s in range(seeds):
+            for i in range(size):
+                iteration = first_iteration + i
+                env_steps = (iteration + 1) * steps_per_iteration
+                values = (f"{metrics[n][s, i]:.6g}" for n in names)
+                self.writer.writerow([s, iteration, env_steps, f"{wall_s[i]:.4f}", *values])
+        self.file.flush()
+
+    def close(self):
+        self.file.close()
+
+
+class TensorBoardSink:
+    """TensorBoard event files in `directory`, one scalar per metric and iteration, x = env steps."""
+
+    def __init__(self, directory: Path):
+        from tensorboardX import SummaryWriter
+
+        self.writer = SummaryWriter(str(directory), flush_secs=5)
+
+    def write(self, metrics: dict[str, np.ndarray], first_iteration: int, steps_per_iteration: int, wall_s=None):
+        names = sorted(metrics)
+        seeds, size = metrics[names[0]].shape
+        for i in range(size):
+            env_steps = (first_iteration + i + 1) * steps_per_iteration
+            for name in names:
+                values = metrics[name][:, i].astype(np.float64)
+                if np.isfinite(values).any():
+                    self.writer.add_scalar(name, float(np.nanmean(values)), env_steps)
+                if seeds > 1:
+                    for s in range(seeds):
+                        if np.isfinite(values[s]):
+                            self.writer.add_scalar(f"seed_{s}/{name}", float(values[s]), env_steps)
+        self.writer.flush()
+
+    def close(self):
+        self.writer.close()
