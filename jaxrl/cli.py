@@ -62,6 +62,44 @@ def config_from_args(config_cls, args: argparse.Namespace):
     return config_cls(**overrides)
 
 
+def load_run_config(run_dir: Path):
+    """(algo module, Config, seeds, seed) from a run folder's config.json."""
+    saved = json.loads((run_dir / "config.json").read_text())
+    module = ALGORITHMS[saved["algo"]]
+    fields = {f.name for f in dataclasses.fields(module.Config)}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in saved["config"].items() if k in fields}
+    return module, module.Config(**values), saved["seeds"], saved["seed"]
+
+
+def evaluate_run(run_dir: Path, episodes: int, seed: int) -> int:
+    """Restores the latest checkpoint of every seed and prints deterministic and stochastic returns."""
+    import jax
+    import numpy as np
+
+    from jaxrl import checkpoint
+    from jaxrl.evaluate import evaluate
+
+    module, config, seeds, base_seed = load_run_config(run_dir)
+    saved = json.loads((run_dir / "config.json").read_text())
+    keys = jax.random.split(jax.random.key(base_seed), seeds)
+    like = jax.eval_shape(jax.vmap(lambda k: module.init(config, k)), keys)
+    try:
+        iteration, states, _ = checkpoint.restore(run_dir / "checkpoints", like, saved)
+    except checkpoint.CheckpointError as error:
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return 2
+    print(f"{run_dir}: {saved['algo']} on {config.env}, checkpoint after iteration {iteration}, {episodes} episodes")
+    for mode in ("deterministic", "stochastic"):
+
+        def one_seed(state, mode=mode):
+            act, normalize = module.evaluation_policy(config, state, deterministic=mode == "deterministic")
+            return evaluate(config.env, act, jax.random.key(seed), episodes, normalize=normalize)["mean_return"]
+
+        returns = np.asarray(jax.jit(jax.vmap(one_seed))(states))
+        print(f"{mode:14s} mean return {returns.mean():9.2f}   per seed {', '.join(f'{r:.1f}' for r in returns)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxrl", description="Reinforcement learning compiled end to end in JAX.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -100,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
             help="folder of JAX's persistent compilation cache; 'none' turns it off",
         )
         add_config_flags(sub, module.Config)
+    evaluate = commands.add_parser("eval", help="evaluate a run's latest checkpoint on fresh episodes")
+    evaluate.add_argument("run_dir", help="run folder (with config.json and checkpoints/)")
+    evaluate.add_argument("--episodes", type=int, default=100, help="episodes per seed, played in parallel")
+    evaluate.add_argument("--seed", type=int, default=12345, help="seed of the evaluation episodes' keys")
     plot = commands.add_parser("plot", help="learning curves of run folders as a PNG")
     plot.add_argument("run_dirs", nargs="+", help="run folders (each with metrics.csv)")
     plot.add_argument("--out", default="learning_curves.png", help="PNG file to write")
@@ -115,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(learning_curves(args.run_dirs, args.out, args.metric, args.x))
         return 0
+    if args.command == "eval":
+        return evaluate_run(Path(args.run_dir), args.episodes, args.seed)
     from jaxrl import checkpoint
     from jaxrl import train as runner
 
@@ -123,12 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         enable_compilation_cache(args.compile_cache)
     try:
         if args.resume:
-            saved = json.loads((Path(args.resume) / "config.json").read_text())
-            fields = {f.name: f for f in dataclasses.fields(module.Config)}
-            config = module.Config(
-                **{k: tuple(v) if isinstance(v, list) else v for k, v in saved["config"].items() if k in fields}
-            )
-            args.seeds, args.seed = saved["seeds"], saved["seed"]
+            _, config, args.seeds, args.seed = load_run_config(Path(args.resume))
         else:
             config = config_from_args(module.Config, args)
         module.validate(config)

@@ -175,6 +175,16 @@ class ClipAction(Wrapper):
         return self.inner.step(key, state, jnp.clip(action, self.spec.action_low, self.spec.action_high))
 
 
+def observation_normalizer(env_state):
+    """The observation normalisation of a wrapped env's state (`RunningMeanStd.normalize`), or identity."""
+    while env_state is not None:
+        stats = getattr(env_state, "stats", None)
+        if isinstance(stats, RunningMeanStd):
+            return stats.normalize
+        env_state = getattr(env_state, "inner", None)
+    return lambda obs: obs
+
+
 def spec_of(env_id: str, env, params) -> EnvSpec:
     action_space = env.action_space(params)
     obs_shape = tuple(env.observation_space(params).shape)

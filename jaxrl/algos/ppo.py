@@ -143,6 +143,18 @@ def behaviour(network: ActorCritic, params) -> tuple[Callable, Callable]:
     return act, value
 
 
+def evaluation_policy(config: Config, state: TrainState, deterministic: bool = True):
+    """`act(obs, key) -> action` of the trained policy (the mode when `deterministic`) and the observation
+    normalisation it was trained with, for `jaxrl.evaluate.evaluate`."""
+    network = make_network(config, make_env(config).spec)
+
+    def act(obs, key):
+        dist = network.apply(state.params, obs, method=ActorCritic.policy)
+        return dist.mode() if deterministic else dist.sample(seed=key)
+
+    return act, envs.observation_normalizer(state.env.state)
+
+
 def init(config: Config, key: jax.Array) -> TrainState:
     env = make_env(config)
     network = make_network(config, env.spec)

@@ -1,0 +1,46 @@
+"""Policy evaluation: E fresh episodes in parallel, each played from reset to its end, on fresh env keys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl import envs
+
+
+def evaluate(
+    env_id: str, act: Callable, key: jax.Array, num_episodes: int, max_steps: int | None = None, normalize=None
+) -> dict[str, jax.Array]:
+    """Plays `num_episodes` episodes of `env_id` with `act(obs[E, ...], key) -> action[E, ...]`.
+
+    Every episode runs in its own env until it ends (terminated or truncated); its first completion is
+    recorded and later steps (after gymnax's auto-reset) are ignored. `max_steps` defaults to the env's time
+    limit. `normalize(obs)` is applied to observations when the policy was trained on normalised ones.
+    Returns per-episode `returns` and `lengths` [E] and their means.
+    """
+    env = envs.make(env_id, num_episodes)
+    limit = max_steps or int(getattr(env.params, "max_steps_in_episode", 1000))
+    normalize = normalize or (lambda obs: obs)
+    reset_key, run_key = jax.random.split(key)
+    obs, state = env.reset(reset_key)
+
+    def step(carry, keys):
+        obs, state, returns, lengths, finished = carry
+        action = act(normalize(obs), keys[0])
+        obs, state, _, _, _, info = env.step(keys[1], state, action)
+        first_end = info["episode_done"] & ~finished
+        returns = jnp.where(first_end, info["episode_return"], returns)
+        lengths = jnp.where(first_end, info["episode_length"], lengths)
+        return (obs, state, returns, lengths, finished | info["episode_done"]), None
+
+    zeros = jnp.zeros(num_episodes, jnp.float32)
+    carry = (obs, state, zeros, zeros.astype(jnp.int32), jnp.zeros(num_episodes, bool))
+    (_, _, returns, lengths, finished), _ = jax.lax.scan(step, carry, jax.random.split(run_key, (limit, 2)))
+    return {
+        "returns": jnp.where(finished, returns, jnp.nan),
+        "lengths": lengths,
+        "mean_return": jnp.where(finished, returns, 0.0).sum() / jnp.maximum(finished.sum(), 1),
+        "finished": finished.sum(),
+    }
