@@ -95,3 +95,43 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: jax.Array) -> jax.Array:
         return self.critic(obs)[..., 0]
+
+
+class QNetwork(nn.Module):
+    """Action values Q(o, .) [..., action_dim] from an MLP torso.
+
+    `layer_norm` puts a LayerNorm (Ba et al. 2016) before each hidden activation, as PQN does (Gallici et al.
+    2024). `dueling` splits the output into a state value and centred advantages (Wang et al. 2016, eq. 9):
+    Q(o, a) = V(o) + A(o, a) - mean_a' A(o, a').
+    """
+
+    action_dim: int
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "relu"
+    dueling: bool = False
+    layer_norm: bool = False
+    obs_ndim: int = 1
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = obs.reshape(obs.shape[: obs.ndim - self.obs_ndim] + (-1,))
+        act = ACTIVATIONS[self.activation]
+        for size in self.hidden_sizes:
+            x = dense(size, np.sqrt(2))(x)
+            if self.layer_norm:
+                x = nn.LayerNorm()(x)
+            x = act(x)
+        if not self.dueling:
+            return dense(self.action_dim, 1.0)(x)
+        value = dense(1, 1.0)(x)
+        advantage = dense(self.action_dim, 1.0)(x)
+        return value + advantage - advantage.mean(-1, keepdims=True)
+
+
+def epsilon_greedy(q_values: jax.Array, epsilon) -> distrax.Categorical:
+    """The epsilon-greedy policy over q_values [..., A]: a uniform action with probability epsilon, else the
+    greedy one (ties to the first), i.e. probs = epsilon / A + (1 - epsilon) onehot(argmax q). Its log_prob is
+    the behaviour log-probability an off-policy correction needs."""
+    num_actions = q_values.shape[-1]
+    greedy = jax.nn.one_hot(jnp.argmax(q_values, axis=-1), num_actions)
+    return distrax.Categorical(probs=epsilon / num_actions + (1.0 - epsilon) * greedy)

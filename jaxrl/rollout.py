@@ -33,7 +33,14 @@ def reset(env, key: jax.Array) -> EnvCarry:
 
 
 def rollout(
-    env, act: ActFn, value: ValueFn, carry: EnvCarry, key: jax.Array, num_steps: int
+    env,
+    act: ActFn,
+    value: ValueFn,
+    carry: EnvCarry,
+    key: jax.Array,
+    num_steps: int,
+    *,
+    keep_next_obs: bool = False,
 ) -> tuple[EnvCarry, Trajectory]:
     """Steps `env` (a jaxrl VecEnv with episode statistics) `num_steps` times with the policy `act`.
 
@@ -44,6 +51,9 @@ def rollout(
     `info["final_observation"]` (the next observation there is the auto-reset one). Truncations come from
     the time limit, so at most `env.max_truncations(T)` occur in a window; only those successors are
     gathered and evaluated, instead of a second critic pass over every step.
+
+    With the static `keep_next_obs=True` the trajectory also holds `next_obs[t]`, the true successor
+    observation of step t (`info["final_observation"]`), which replay-based learners store.
     """
 
     def step(carry: EnvCarry, keys):
@@ -81,6 +91,7 @@ def rollout(
         next_values,
         episode_return,
         episode_length,
+        final_obs if keep_next_obs else None,
     )
 
 

@@ -22,6 +22,8 @@ class Trajectory:
     #   episode, V(final observation) where truncated, 0 where terminated
     episode_return: jax.Array  # [T, N] float32, return of the episode that ended at t, else 0
     episode_length: jax.Array  # [T, N] int32, length of the episode that ended at t, else 0
+    next_obs: jax.Array | None = None  # [T, N, *obs_shape] float32, the true successor o_{t+1} of step t
+    #   (`info["final_observation"]`: the auto-reset one is NOT stored); only with rollout(keep_next_obs=True)
 
     @property
     def done(self) -> jax.Array:

@@ -1,0 +1,276 @@
+"""Deep Q-Network with experience replay and a target network (Mnih et al. 2015, "Human-level control through
+deep reinforcement learning"), optionally double (van Hasselt et al. 2016), dueling (Wang et al. 2016) and
+n-step (Sutton 1988; as in Rainbow, Hessel et al. 2018).
+
+One iteration: every one of `num_envs` envs takes `num_steps` epsilon-greedy steps of the online Q-network;
+the transitions (with their true successor observations) go into the replay buffer; once `learning_starts`
+env steps have been collected, `updates_per_iteration` gradient steps each fit Q(s, a) to n-step targets on a
+uniformly sampled batch; every `target_update_interval` iterations the target network moves to the online one
+(`tau` = 1: a copy; `tau` < 1: Polyak averaging). Discrete actions only.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jaxrl import envs, estimators, losses, replay
+from jaxrl.configs import check, check_range, hyper, static
+from jaxrl.networks import ACTIVATIONS, QNetwork, epsilon_greedy
+from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout, zero_value
+
+
+@struct.dataclass
+class Config:
+    env: str = static("CartPole-v1", "gymnax environment id (discrete actions)")
+    num_envs: int = static(8, "parallel environments")
+    num_steps: int = static(8, "env steps per environment per iteration (the train frequency)")
+    total_timesteps: int = static(50_000, "environment steps of the whole run")
+    buffer_size: int = static(50_000, "replay capacity in transitions; a multiple of num_envs")
+    batch_size: int = static(128, "transitions per gradient step")
+    updates_per_iteration: int = static(8, "gradient steps per iteration")
+    learning_starts: int = static(1_000, "environment steps collected before the first gradient step")
+    target_update_interval: int = static(5, "iterations between target network updates")
+    double: bool = static(True, "double Q-learning: the online network picks the bootstrap action")
+    dueling: bool = static(False, "dueling head: Q = V + A - mean(A)")
+    n_step: int = static(3, "steps of real rewards before bootstrapping (n-step returns)")
+    hidden_sizes: tuple[int, ...] = static((128, 128), "hidden layer sizes of the Q-network")
+    activation: str = static("relu", "hidden activation: tanh, relu, gelu or silu")
+    layer_norm: bool = static(True, "LayerNorm before each hidden activation (keeps frequent target updates stable)")
+    td_loss: str = static("huber", "loss of the TD error: huber (delta 1) or l2")
+    learning_rate: float = hyper(5e-4, "Adam learning rate")
+    gamma: float = hyper(0.99, "discount factor")
+    epsilon_start: float = hyper(1.0, "exploration epsilon at the start")
+    epsilon_end: float = hyper(0.05, "exploration epsilon after the decay")
+    epsilon_decay_fraction: float = hyper(0.2, "fraction of total_timesteps over which epsilon decays linearly")
+    tau: float = hyper(1.0, "target update step size: 1 copies, < 1 is Polyak averaging")
+    max_grad_norm: float = hyper(10.0, "global gradient-norm clipping threshold")
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_timesteps // self.steps_per_iteration
+
+
+@struct.dataclass
+class TrainState:
+    params: Any
+    target_params: Any
+    opt_state: optax.OptState
+    buffer: replay.ReplayState
+    env: EnvCarry
+    key: jax.Array
+    iteration: jax.Array
+
+
+def validate(config: Config) -> None:
+    """Raises a ValueError naming the field and the fix for a config that cannot run."""
+    envs.check_env_id(config.env)
+    for name in (
+        "num_envs",
+        "num_steps",
+        "buffer_size",
+        "batch_size",
+        "updates_per_iteration",
+        "target_update_interval",
+        "n_step",
+    ):
+        value = getattr(config, name)
+        check(isinstance(value, int) and value >= 1, name, f"got {value!r}, must be a positive integer.")
+    check(
+        isinstance(config.learning_starts, int) and config.learning_starts >= 0,
+        "learning_starts",
+        f"got {config.learning_starts!r}, must be an integer >= 0.",
+    )
+    check(
+        config.num_iterations >= 1,
+        "total_timesteps",
+        f"{config.total_timesteps} is less than one iteration (num_envs * num_steps = {config.steps_per_iteration}).",
+    )
+    check(
+        config.learning_starts < config.num_iterations * config.steps_per_iteration,
+        "learning_starts",
+        f"{config.learning_starts} leaves no env steps to learn from in total_timesteps={config.total_timesteps}.",
+    )
+    check(
+        config.buffer_size % config.num_envs == 0,
+        "buffer_size",
+        f"{config.buffer_size} is not a multiple of num_envs={config.num_envs}; "
+        f"use e.g. {config.buffer_size // config.num_envs * config.num_envs or config.num_envs}.",
+    )
+    check(
+        config.buffer_size // config.num_envs >= max(config.num_steps, config.n_step),
+        "buffer_size",
+        f"{config.buffer_size} holds fewer than max(num_steps, n_step) = {max(config.num_steps, config.n_step)} "
+        f"steps per env ({config.num_envs} envs); make it larger.",
+    )
+    check(
+        config.activation in ACTIVATIONS,
+        "activation",
+        f"{config.activation!r} is not one of {', '.join(ACTIVATIONS)}.",
+    )
+    check(config.td_loss in ("huber", "l2"), "td_loss", f"{config.td_loss!r} is not one of huber, l2.")
+    check(
+        make_env(config).spec.discrete,
+        "env",
+        f"{config.env} has continuous actions; DQN needs a discrete action space (e.g. CartPole-v1).",
+    )
+    check_range(config, "learning_rate", 0.0, low_open=True)
+    check_range(config, "gamma", 0.0, 1.0)
+    check_range(config, "epsilon_start", 0.0, 1.0)
+    check_range(config, "epsilon_end", 0.0, 1.0)
+    check_range(config, "epsilon_decay_fraction", 0.0, 1.0)
+    check_range(config, "tau", 0.0, 1.0, low_open=True)
+    check_range(config, "max_grad_norm", 0.0, low_open=True)
+
+
+def make_env(config: Config):
+    return envs.make(config.env, config.num_envs)
+
+
+def make_network(config: Config, spec: envs.EnvSpec) -> QNetwork:
+    return QNetwork(
+        spec.action_dim,
+        config.hidden_sizes,
+        config.activation,
+        config.dueling,
+        config.layer_norm,
+        len(spec.observation_shape),
+    )
+
+
+def make_optimizer(config: Config) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate))
+
+
+def epsilon_at(config, iteration: jax.Array) -> jax.Array:
+    """Linear decay from epsilon_start to epsilon_end over the first epsilon_decay_fraction of the env steps."""
+    steps = iteration * config.steps_per_iteration
+    decay_steps = jnp.maximum(config.epsilon_decay_fraction * config.total_timesteps, 1.0)
+    fraction = jnp.clip(steps / decay_steps, 0.0, 1.0)
+    return config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
+
+
+def behaviour(network: QNetwork, params, epsilon):
+    """The rollout's `act(obs, key) -> (action, log_prob)`: epsilon-greedy in the online Q-values."""
+
+    def act(obs, key):
+        return epsilon_greedy(network.apply(params, obs), epsilon).sample_and_log_prob(seed=key)
+
+    return act
+
+
+def transitions(traj) -> dict[str, jax.Array]:
+    """What the replay stores of each step: (o_t, a_t, r_t, terminated, truncated, true o_{t+1})."""
+    return {
+        "obs": traj.obs,
+        "actions": traj.actions,
+        "rewards": traj.rewards,
+        "terminated": traj.terminated,
+        "truncated": traj.truncated,
+        "next_obs": traj.next_obs,
+    }
+
+
+def init(config: Config, key: jax.Array) -> TrainState:
+    env = make_env(config)
+    network = make_network(config, env.spec)
+    key, net_key, env_key = jax.random.split(key, 3)
+    carry = reset(env, env_key)
+    params = network.init(net_key, carry.obs[:1])
+    item = {
+        "obs": carry.obs[0],
+        "actions": jnp.zeros((), jnp.int32),
+        "rewards": jnp.zeros((), jnp.float32),
+        "terminated": jnp.zeros((), bool),
+        "truncated": jnp.zeros((), bool),
+        "next_obs": carry.obs[0],
+    }
+    buffer = replay.init(item, config.num_envs, config.buffer_size)
+    opt_state = make_optimizer(config).init(params)
+    return TrainState(params, params, opt_state, buffer, carry, key, jnp.zeros((), jnp.int32))
+
+
+def td_errors(params, target_params, network: QNetwork, config: Config, batch: dict[str, jax.Array]):
+    """TD errors of a batch of windows `[n_step, B, ...]`: G - Q(o_0, a_0), with G the n-step return
+    (`estimators.n_step_returns`, cut at episode ends) bootstrapped from the target network at the true successor
+    observations, max_a Q_target(o', a) or, with `double`, Q_target(o', argmax_a Q_online(o', a)). With n_step = 1
+    this is `losses.q_learning_td` / `losses.double_q_learning_td`. Returns (td [B], Q(o_0, a_0) [B])."""
+    q_tm1_a = losses.action_value(network.apply(params, batch["obs"][0]), batch["actions"][0])
+    q_next = network.apply(target_params, batch["next_obs"])  # [n, B, A]
+    if config.double:
+        next_v = losses.action_value(q_next, jnp.argmax(network.apply(params, batch["next_obs"]), axis=-1))
+    else:
+        next_v = q_next.max(-1)
+    returns = estimators.n_step_returns(
+        batch["rewards"], next_v, batch["terminated"], batch["truncated"], config.gamma, config.n_step
+    )
+    return jax.lax.stop_gradient(returns[0]) - q_tm1_a, q_tm1_a
+
+
+def loss_fn(params, target_params, network: QNetwork, config: Config, batch: dict[str, jax.Array]):
+    td, q = td_errors(params, target_params, network, config, batch)
+    loss = losses.huber(td) if config.td_loss == "huber" else losses.l2(td)
+    return loss.mean(), {"loss": loss.mean(), "q_mean": q.mean()}
+
+
+def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One iteration: `num_steps` epsilon-greedy steps of every env into the replay, then (once
+    `learning_starts` env steps are in) `updates_per_iteration` gradient steps, then the target update."""
+    env = make_env(config)
+    network = make_network(config, env.spec)
+    optimizer = make_optimizer(config)
+    key, rollout_key, learn_key = jax.random.split(state.key, 3)
+
+    epsilon = epsilon_at(config, state.iteration)
+    act = behaviour(network, state.params, epsilon)
+    no_critic = functools.partial(zero_value, obs_ndim=len(env.spec.observation_shape))
+    carry, traj = rollout(env, act, no_critic, state.env, rollout_key, config.num_steps, keep_next_obs=True)
+    buffer = replay.add(state.buffer, transitions(traj))
+    grad_fn = jax.grad(functools.partial(loss_fn, network=network, config=config), has_aux=True)
+
+    def gradient_step(train, sample_key):
+        params, opt_state = train
+        batch = replay.sample(buffer, sample_key, config.batch_size, config.n_step)
+        grads, stats = grad_fn(params, state.target_params, batch=batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), stats
+
+    def learn(train):
+        train, stats = jax.lax.scan(gradient_step, train, jax.random.split(learn_key, config.updates_per_iteration))
+        return train, jax.tree.map(jnp.mean, stats)
+
+    def wait(train):  # before learning starts: no gradient step; loss and q_mean read 0 (NaN would be a divergence)
+        return train, {"loss": jnp.zeros((), jnp.float32), "q_mean": jnp.zeros((), jnp.float32)}
+
+    env_steps = (state.iteration + 1) * config.steps_per_iteration
+    ready = (env_steps >= config.learning_starts) & replay.can_sample(buffer, config.n_step)
+    (params, opt_state), stats = jax.lax.cond(ready, learn, wait, (state.params, state.opt_state))
+
+    update_target = (state.iteration + 1) % config.target_update_interval == 0
+    moved = optax.incremental_update(params, state.target_params, config.tau)
+    target_params = jax.tree.map(lambda new, old: jnp.where(update_target, new, old), moved, state.target_params)
+
+    metrics = {**episode_metrics(traj), **stats, "epsilon": epsilon}
+    state = TrainState(params, target_params, opt_state, buffer, carry, key, state.iteration + 1)
+    return state, metrics
+
+
+def train(config: Config, key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+    """init + `lax.scan` of `update` over `config.num_iterations`; metrics are stacked per iteration."""
+    state = init(config, key)
+    return jax.lax.scan(lambda s, _: update(config, s), state, None, length=config.num_iterations)
+
+
+def make_train(config: Config):
+    """Validates `config` and returns the pure `train(key) -> (TrainState, metrics)`, ready to jit/vmap."""
+    validate(config)
+    return functools.partial(train, config)

@@ -1,0 +1,112 @@
+"""jaxrl.replay: only written items come back, wrap-around past capacity, uniform sampling, windows, jit / vmap."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from jaxrl import replay
+
+N, CAPACITY = 2, 20  # 10 steps per env
+
+
+def item():
+    return {"id": jnp.zeros((), jnp.int32), "obs": jnp.zeros((3,), jnp.float32)}
+
+
+def steps(first: int, count: int):
+    """`count` steps [T, N] numbered from `first`: id = 100 * env + step, obs = id broadcast to 3 floats."""
+    t = jnp.arange(first, first + count)[:, None]
+    ids = (100 * jnp.arange(N)[None, :] + t).astype(jnp.int32)
+    return {"id": ids, "obs": jnp.broadcast_to(ids[..., None], ids.shape + (3,)).astype(jnp.float32)}
+
+
+@jax.jit
+def fill(counts_key):
+    """Adds 7, then 6 steps and samples; `counts_key` only feeds the sample."""
+    state = replay.init(item(), N, CAPACITY)
+    state = replay.add(state, steps(0, 7))
+    first = (replay.size(state), replay.sample(state, counts_key, 4000))
+    state = replay.add(state, steps(7, 6))  # 13 > 10 steps per env: wraps, steps 0..2 are overwritten
+    second = (replay.size(state), replay.sample(state, counts_key, 4000), replay.sample(state, counts_key, 500, 4))
+    return state, first, second
+
+
+@pytest.fixture(scope="module")
+def filled():
+    return jax.tree.map(np.asarray, fill(jax.random.key(0)))
+
+
+def written_ids(first, last):
+    return {100 * e + t for e in range(N) for t in range(first, last)}
+
+
+def test_sample_is_time_major_and_consistent(filled):
+    _, (_, batch), (_, _, windows) = filled
+    assert batch["id"].shape == (1, 4000) and batch["obs"].shape == (1, 4000, 3)
+    assert windows["id"].shape == (4, 500)
+    np.testing.assert_array_equal(batch["obs"][..., 0], batch["id"])  # leaves of one item stay together
+
+
+def test_only_written_items_come_back(filled):
+    _, (size, batch), _ = filled
+    assert size == 14
+    assert set(np.unique(batch["id"])) == written_ids(0, 7)
+
+
+def test_wraps_past_capacity(filled):
+    state, _, (size, batch, _) = filled
+    assert size == CAPACITY
+    assert set(np.unique(batch["id"])) == written_ids(3, 13)  # the 3 oldest steps of each env are gone
+    # ring layout: step t of env e sits at slot t % 10
+    expected = np.array([[100 * e + (t if t >= 3 else t + 10) for t in range(10)] for e in range(N)])
+    np.testing.assert_array_equal(state.experience["id"], expected)
+
+
+def test_windows_are_consecutive_steps_of_one_env_and_never_cross_the_write_position(filled):
+    _, _, (_, _, windows) = filled
+    ids = windows["id"]  # [4, 500]
+    np.testing.assert_array_equal(np.diff(ids, axis=0), np.ones((3, 500)))
+    assert ids.min() % 100 >= 3 and ids.max() % 100 <= 12
+    # every valid start (steps 3..9 of either env) is drawn
+    assert set(np.unique(ids[0])) == {100 * e + t for e in range(N) for t in range(3, 10)}
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_sampling_is_uniform(filled, stage):
+    """Chi-square goodness of fit of the sampled ids to the uniform distribution over the written items."""
+    batch = filled[1 + stage][1]["id"].ravel()
+    written = sorted(written_ids(0, 7) if stage == 0 else written_ids(3, 13))
+    counts = np.array([(batch == i).sum() for i in written])
+    assert counts.sum() == batch.size
+    _, p_value = stats.chisquare(counts)
+    assert p_value > 1e-3, counts
+
+
+def test_can_sample_and_steps_stored():
+    state = replay.init(item(), N, CAPACITY)
+    assert not replay.can_sample(state)
+    state = replay.add(state, steps(0, 3))
+    assert replay.can_sample(state, 3) and not replay.can_sample(state, 4)
+    assert replay.steps_stored(state) == 3 and replay.size(state) == 6
+
+
+def test_vmap_over_buffers_equals_separate():
+    def run(offset, key):
+        state = replay.init(item(), N, CAPACITY)
+        for first in (0, 6):  # 12 steps > 10: wraps
+            state = replay.add(state, jax.tree.map(lambda x: x + offset, steps(first, 6)))
+        return replay.sample(state, key, 16, 2)
+
+    keys = jax.random.split(jax.random.key(3), 2)
+    offsets = jnp.array([0, 1000], jnp.int32)
+    batched = jax.jit(jax.vmap(run))(offsets, keys)
+    for i in range(2):
+        single = jax.jit(run)(offsets[i], keys[i])
+        jax.tree.map(lambda b, s, i=i: np.testing.assert_array_equal(b[i], s), batched, single)
+
+
+def test_bad_capacity_raises():
+    with pytest.raises(ValueError, match="capacity"):
+        replay.init(item(), 3, 20)
