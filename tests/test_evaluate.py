@@ -3,8 +3,10 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxrl import cli, envs
+from jaxrl.algos import ALGORITHMS
 from jaxrl.evaluate import evaluate
 
 
@@ -41,3 +43,15 @@ def test_eval_command_on_a_run_folder(tmp_path, capsys):
     assert cli.main(["eval", str(run_dir), "--episodes", "4"]) == 0
     out = capsys.readouterr().out
     assert "checkpoint after iteration 4" in out and "deterministic" in out and "stochastic" in out
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithm_has_an_evaluation_policy(name):
+    module = ALGORITHMS[name]
+    config = module.Config(env="CartPole-v1", num_envs=4, num_steps=8)
+    state = jax.jit(lambda key: module.init(config, key))(jax.random.key(0))
+    obs = jnp.zeros((5, 4), jnp.float32)
+    for deterministic in (True, False):
+        act, normalize = module.evaluation_policy(config, state, deterministic)
+        actions = np.asarray(act(normalize(obs), jax.random.key(1)))
+        assert actions.shape == (5,) and np.all((actions >= 0) & (actions < 2))

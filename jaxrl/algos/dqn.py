@@ -168,6 +168,24 @@ def behaviour(network: QNetwork, params, epsilon):
     return act
 
 
+def q_evaluation_policy(network: QNetwork, params, env_state, epsilon, deterministic: bool):
+    """`(act(obs, key) -> action, normalize)` for `jaxrl.evaluate`: greedy, or epsilon-greedy at `epsilon`."""
+
+    def act(obs, key):
+        q_values = network.apply(params, obs)
+        if deterministic:
+            return jnp.argmax(q_values, axis=-1)
+        return epsilon_greedy(q_values, epsilon).sample(seed=key)
+
+    return act, envs.observation_normalizer(env_state)
+
+
+def evaluation_policy(config: Config, state, deterministic: bool = True):
+    """The greedy policy (or epsilon_end-greedy when not `deterministic`) of the online Q-network."""
+    network = make_network(config, make_env(config).spec)
+    return q_evaluation_policy(network, state.params, state.env.state, config.epsilon_end, deterministic)
+
+
 def transitions(traj) -> dict[str, jax.Array]:
     """What the replay stores of each step: (o_t, a_t, r_t, terminated, truncated, true o_{t+1})."""
     return {

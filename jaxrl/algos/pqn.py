@@ -18,7 +18,7 @@ import optax
 from flax import struct
 
 from jaxrl import envs, estimators, losses
-from jaxrl.algos.dqn import behaviour, epsilon_at
+from jaxrl.algos.dqn import behaviour, epsilon_at, q_evaluation_policy
 from jaxrl.configs import check, check_range, hyper, static
 from jaxrl.networks import ACTIVATIONS, QNetwork
 from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout
@@ -128,6 +128,12 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
             return config.learning_rate * (1.0 - done)
 
     return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.radam(learning_rate))
+
+
+def evaluation_policy(config: Config, state, deterministic: bool = True):
+    """The greedy policy (or epsilon_end-greedy when not `deterministic`) of the Q-network."""
+    network = make_network(config, make_env(config).spec)
+    return q_evaluation_policy(network, state.params, state.env.state, config.epsilon_end, deterministic)
 
 
 def init(config: Config, key: jax.Array) -> TrainState:
