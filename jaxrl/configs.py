@@ -6,6 +6,9 @@ import numbers
 
 from flax import struct
 
+from jaxrl.envs import check_env_id
+from jaxrl.networks import ACTIVATIONS
+
 
 def static(default, help: str):
     """A field baked into the compiled program (shapes, loop counts, env id, switches)."""
@@ -40,6 +43,36 @@ def check_range(config, field: str, low=None, high=None, low_open=False) -> None
         check(ok, field, f"got {value}, must be {'>' if low_open else '>='} {low}.")
     if high is not None:
         check(value <= high, field, f"got {value}, must be <= {high}.")
+
+
+def check_common(config, positive_ints: tuple[str, ...], steps_per_iteration: int) -> None:
+    """The checks every algorithm's `validate` shares: a registered env id, positive integer fields, at least
+    one iteration in `total_timesteps`, and a known activation."""
+    check_env_id(config.env)
+    for name in positive_ints:
+        value = getattr(config, name)
+        check(isinstance(value, int) and value >= 1, name, f"got {value!r}, must be a positive integer.")
+    check(
+        config.total_timesteps // steps_per_iteration >= 1,
+        "total_timesteps",
+        f"{config.total_timesteps} is less than one iteration (num_envs * num_steps = {steps_per_iteration}).",
+    )
+    check(
+        config.activation in ACTIVATIONS,
+        "activation",
+        f"{config.activation!r} is not one of {', '.join(ACTIVATIONS)}.",
+    )
+
+
+def check_minibatches(config) -> None:
+    """The rollout batch num_envs * num_steps must split into `num_minibatches` equal minibatches."""
+    batch = config.num_envs * config.num_steps
+    check(
+        batch % config.num_minibatches == 0,
+        "num_minibatches",
+        f"{config.num_minibatches} does not divide the batch num_envs * num_steps = "
+        f"{config.num_envs} * {config.num_steps} = {batch}; choose a divisor of {batch}.",
+    )
 
 
 def to_dict(config) -> dict:

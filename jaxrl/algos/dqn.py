@@ -20,8 +20,8 @@ import optax
 from flax import struct
 
 from jaxrl import envs, estimators, losses, replay
-from jaxrl.configs import check, check_range, hyper, static
-from jaxrl.networks import ACTIVATIONS, QNetwork, epsilon_greedy
+from jaxrl.configs import check, check_common, check_range, hyper, static
+from jaxrl.networks import QNetwork, epsilon_greedy
 from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout, zero_value
 
 
@@ -73,27 +73,12 @@ class TrainState:
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    envs.check_env_id(config.env)
-    for name in (
-        "num_envs",
-        "num_steps",
-        "buffer_size",
-        "batch_size",
-        "updates_per_iteration",
-        "target_update_interval",
-        "n_step",
-    ):
-        value = getattr(config, name)
-        check(isinstance(value, int) and value >= 1, name, f"got {value!r}, must be a positive integer.")
+    positive = ("num_envs", "num_steps", "buffer_size", "batch_size", "updates_per_iteration", "target_update_interval")
+    check_common(config, (*positive, "n_step"), config.steps_per_iteration)
     check(
         isinstance(config.learning_starts, int) and config.learning_starts >= 0,
         "learning_starts",
         f"got {config.learning_starts!r}, must be an integer >= 0.",
-    )
-    check(
-        config.num_iterations >= 1,
-        "total_timesteps",
-        f"{config.total_timesteps} is less than one iteration (num_envs * num_steps = {config.steps_per_iteration}).",
     )
     check(
         config.learning_starts < config.num_iterations * config.steps_per_iteration,
@@ -111,11 +96,6 @@ def validate(config: Config) -> None:
         "buffer_size",
         f"{config.buffer_size} holds fewer than max(num_steps, n_step) = {max(config.num_steps, config.n_step)} "
         f"steps per env ({config.num_envs} envs); make it larger.",
-    )
-    check(
-        config.activation in ACTIVATIONS,
-        "activation",
-        f"{config.activation!r} is not one of {', '.join(ACTIVATIONS)}.",
     )
     check(config.td_loss in ("huber", "l2"), "td_loss", f"{config.td_loss!r} is not one of huber, l2.")
     check(

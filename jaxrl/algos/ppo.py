@@ -17,7 +17,7 @@ import optax
 from flax import struct
 
 from jaxrl import envs, estimators, losses
-from jaxrl.configs import check, check_range, hyper, static
+from jaxrl.configs import check, check_common, check_minibatches, check_range, hyper, static
 from jaxrl.networks import ActorCritic
 from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout
 
@@ -65,33 +65,12 @@ class TrainState:
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    envs.check_env_id(config.env)
-    for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches"):
-        check(
-            isinstance(getattr(config, name), int) and getattr(config, name) >= 1,
-            name,
-            f"got {getattr(config, name)!r}, must be a positive integer.",
-        )
-    check(
-        config.batch_size % config.num_minibatches == 0,
-        "num_minibatches",
-        f"{config.num_minibatches} does not divide the batch num_envs * num_steps = "
-        f"{config.num_envs} * {config.num_steps} = {config.batch_size}; choose a divisor of {config.batch_size}.",
-    )
-    check(
-        config.num_iterations >= 1,
-        "total_timesteps",
-        f"{config.total_timesteps} is less than one iteration (num_envs * num_steps = {config.batch_size}).",
-    )
+    check_common(config, ("num_envs", "num_steps", "update_epochs", "num_minibatches"), config.batch_size)
+    check_minibatches(config)
     check(
         config.policy in ("auto", "categorical", "gaussian"),
         "policy",
         f"{config.policy!r} is not one of auto, categorical, gaussian.",
-    )
-    check(
-        config.activation in ("tanh", "relu", "gelu", "silu"),
-        "activation",
-        f"{config.activation!r} is not one of tanh, relu, gelu, silu.",
     )
     discrete = make_env(config).spec.discrete
     if config.policy != "auto":

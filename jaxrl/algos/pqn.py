@@ -19,8 +19,8 @@ from flax import struct
 
 from jaxrl import envs, estimators, losses
 from jaxrl.algos.dqn import behaviour, epsilon_at, q_evaluation_policy
-from jaxrl.configs import check, check_range, hyper, static
-from jaxrl.networks import ACTIVATIONS, QNetwork
+from jaxrl.configs import check, check_common, check_minibatches, check_range, hyper, static
+from jaxrl.networks import QNetwork
 from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout
 
 
@@ -69,26 +69,8 @@ class TrainState:
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    envs.check_env_id(config.env)
-    for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches"):
-        value = getattr(config, name)
-        check(isinstance(value, int) and value >= 1, name, f"got {value!r}, must be a positive integer.")
-    check(
-        config.batch_size % config.num_minibatches == 0,
-        "num_minibatches",
-        f"{config.num_minibatches} does not divide the batch num_envs * num_steps = "
-        f"{config.num_envs} * {config.num_steps} = {config.batch_size}; choose a divisor of {config.batch_size}.",
-    )
-    check(
-        config.num_iterations >= 1,
-        "total_timesteps",
-        f"{config.total_timesteps} is less than one iteration (num_envs * num_steps = {config.batch_size}).",
-    )
-    check(
-        config.activation in ACTIVATIONS,
-        "activation",
-        f"{config.activation!r} is not one of {', '.join(ACTIVATIONS)}.",
-    )
+    check_common(config, ("num_envs", "num_steps", "update_epochs", "num_minibatches"), config.batch_size)
+    check_minibatches(config)
     check(
         make_env(config).spec.discrete,
         "env",
