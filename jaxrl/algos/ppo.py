@@ -18,6 +18,7 @@ from flax import struct
 
 from jaxrl import envs, estimators, losses
 from jaxrl.configs import check, check_common, check_minibatches, check_range, hyper, static
+from jaxrl.minibatch import minibatch_epochs
 from jaxrl.networks import ActorCritic
 from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout
 
@@ -186,22 +187,16 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
         "advantages": advantages,
         "targets": targets,
     }
-    batch = jax.tree.map(lambda x: x.reshape((config.batch_size,) + x.shape[2:]), batch)
     grad_fn = jax.grad(functools.partial(loss_fn, network=network, config=config), has_aux=True)
-
-    def minibatch_step(train, minibatch):
-        params, opt_state = train
-        grads, stats = grad_fn(params, batch=minibatch)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), stats
-
-    def epoch(train, epoch_key):
-        order = jax.random.permutation(epoch_key, config.batch_size)
-        minibatches = jax.tree.map(lambda x: x[order].reshape((config.num_minibatches, -1) + x.shape[1:]), batch)
-        return jax.lax.scan(minibatch_step, train, minibatches)
-
-    (params, opt_state), stats = jax.lax.scan(
-        epoch, (state.params, state.opt_state), jax.random.split(shuffle_key, config.update_epochs)
+    params, opt_state, stats = minibatch_epochs(
+        lambda params, minibatch: grad_fn(params, batch=minibatch),
+        optimizer,
+        state.params,
+        state.opt_state,
+        batch,
+        shuffle_key,
+        config.update_epochs,
+        config.num_minibatches,
     )
     metrics = {**episode_metrics(traj), **jax.tree.map(jnp.mean, stats)}
     state = TrainState(params, opt_state, carry, key, state.iteration + 1)
