@@ -68,14 +68,15 @@ class TrainState:
     iteration: jax.Array
 
 
-def validate(config: Config) -> None:
-    """Raises a ValueError naming the field and the fix for a config that cannot run."""
+def validate(config: Config, algorithm: str = "PQN") -> None:
+    """Raises a ValueError naming the field and the fix for a config that cannot run (`algorithm` names the
+    algorithm in the messages: SARSA reuses these checks)."""
     check_common(config, ("num_envs", "num_steps", "update_epochs", "num_minibatches"), config.batch_size)
     check_minibatches(config)
     check(
         make_env(config).spec.discrete,
         "env",
-        f"{config.env} has continuous actions; PQN needs a discrete action space (e.g. CartPole-v1).",
+        f"{config.env} has continuous actions; {algorithm} needs a discrete action space (e.g. CartPole-v1).",
     )
     check_range(config, "learning_rate", 0.0, low_open=True)
     check_range(config, "gamma", 0.0, 1.0)
@@ -149,21 +150,59 @@ def loss_fn(params, network: QNetwork, batch: dict[str, jax.Array]):
     return loss, {"loss": loss, "q_mean": q.mean()}
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One iteration: epsilon-greedy rollout, Q(lambda) targets, `update_epochs` x `num_minibatches` steps."""
+def greedy_value(q_values: jax.Array, epsilon) -> jax.Array:
+    """max_a Q(o, a): the bootstrap value of Q-learning (`epsilon` is unused)."""
+    return q_values.max(-1)
+
+
+def collect(
+    config,
+    env,
+    network: QNetwork,
+    params,
+    epsilon,
+    carry: EnvCarry,
+    key: jax.Array,
+    value=greedy_value,
+    next_values=None,
+    keep_next_obs: bool = False,
+):
+    """The epsilon-greedy rollout of one iteration and its lambda-return targets: (carry, traj, targets [T, N]).
+
+    `value(q_values [..., A], epsilon) -> [...]` is the value of a successor observation from its action values
+    (the rollout takes it at the window end and at truncations, 0 after termination); PQN uses max_a Q.
+    `next_values(traj, q_values [T, N, A]) -> [T, N]`, when given, then rewrites the trajectory's next values
+    from the action values Q(o_t, .) of its observations (SARSA: Q(o_{t+1}, a_{t+1}) inside the window).
+    """
+    act = behaviour(network, params, epsilon)
+
+    def successor_value(obs):
+        return value(network.apply(params, obs), epsilon)
+
+    carry, traj = rollout(env, act, successor_value, carry, key, config.num_steps, keep_next_obs=keep_next_obs)
+    if next_values is not None:
+        traj = traj.replace(next_values=next_values(traj, network.apply(params, traj.obs)))
+    return carry, traj, q_lambda_targets(config, traj)
+
+
+def update(
+    config: Config, state: TrainState, value=greedy_value, next_values=None
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One iteration: epsilon-greedy rollout, Q(lambda) targets, `update_epochs` x `num_minibatches` steps.
+
+    `value` and `next_values` choose the bootstrap values of the targets (see `collect`); the defaults give
+    PQN's Q(lambda), `jaxrl.algos.sarsa` passes its on-policy ones.
+    """
     env = make_env(config)
     network = make_network(config, env.spec)
     optimizer = make_optimizer(config)
     key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
 
     epsilon = epsilon_at(config, state.iteration)
-    act = behaviour(network, state.params, epsilon)
-
-    def greedy_value(obs):
-        return network.apply(state.params, obs).max(-1)
-
-    carry, traj = rollout(env, act, greedy_value, state.env, rollout_key, config.num_steps)
-    batch = {"obs": traj.obs, "actions": traj.actions, "targets": q_lambda_targets(config, traj)}
+    carry, traj, targets = collect(
+        config, env, network, state.params, epsilon, state.env, rollout_key, value, next_values
+    )
+    batch = {"obs": traj.obs, "actions": traj.actions, "targets": targets}
     grad_fn = jax.grad(functools.partial(loss_fn, network=network), has_aux=True)
     params, opt_state, stats = minibatch_epochs(
         lambda params, minibatch: grad_fn(params, batch=minibatch),
