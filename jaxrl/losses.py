@@ -34,6 +34,38 @@ def value_loss(values: jax.Array, targets: jax.Array, old_values: jax.Array | No
     return 0.5 * loss
 
 
+def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    """sum(mask * x) / max(sum(mask), 1): the mean over the valid elements (0 when there are none)."""
+    chex.assert_equal_shape([x, mask])
+    mask = mask.astype(x.dtype)
+    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+def truncated_importance_surrogate_loss(
+    log_prob: jax.Array,
+    proximal_log_prob: jax.Array,
+    behaviour_log_prob: jax.Array,
+    advantages: jax.Array,
+    clip_eps,
+    rho_bar,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The clipped surrogate for data collected by an older behaviour policy mu, decoupled as in Hilton et al.
+    2022 ("Batch size-invariance for policy optimization", arXiv 2110.00641, eq. 2): the proximal policy
+    pi_prox (the parameters at the start of this update) anchors the clipping, and the behaviour correction is a
+    truncated importance weight (as V-trace's rho-bar, Espeholt et al. 2018) without gradient:
+
+        w    = min(rho_bar, pi_prox(a|s) / mu(a|s))
+        loss = -w * min(r A, clip(r, 1 - eps, 1 + eps) A),   r = pi(a|s) / pi_prox(a|s)
+
+    With pi_prox = mu (fresh on-policy data) and rho_bar >= 1, w = 1 and this is `clipped_surrogate_loss`.
+    Returns (loss, clipped, w).
+    """
+    chex.assert_equal_shape([log_prob, proximal_log_prob, behaviour_log_prob, advantages])
+    weight = jax.lax.stop_gradient(jnp.minimum(rho_bar, jnp.exp(proximal_log_prob - behaviour_log_prob)))
+    loss, clipped = clipped_surrogate_loss(log_prob, jax.lax.stop_gradient(proximal_log_prob), advantages, clip_eps)
+    return weight * loss, clipped, weight
+
+
 def approx_kl(log_prob: jax.Array, behaviour_log_prob: jax.Array) -> jax.Array:
     """The k3 estimator of KL(mu || pi) per sample: (rho - 1) - log rho (Schulman 2020, "Approximating KL")."""
     log_ratio = log_prob - behaviour_log_prob

@@ -118,3 +118,55 @@ def episode_metrics(traj: Trajectory) -> dict[str, jax.Array]:
         "episode_length": jnp.where(done, traj.episode_length, 0).sum() / safe * nan_if_none,
         "episodes": count,
     }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Grouped rollouts (GRPO): M groups of G members. Member n belongs to group n // G; the G members of a group start
+# from one environment state and follow their own keys. Each member is an independent 1-env rollout, so a member
+# is exactly `rollout(env, act, value, its start, its key, T)`; members are stacked along the env axis [T, M * G].
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def group_starts(env, key: jax.Array, num_groups: int) -> EnvCarry:
+    """`num_groups` fresh reset states of the 1-env VecEnv `env`, stacked: leaves [M, 1, ...]."""
+    _check_single_env(env)
+    return jax.vmap(lambda k: reset(env, k))(jax.random.split(key, num_groups))
+
+
+def repeat_members(starts: EnvCarry, group_size: int) -> EnvCarry:
+    """Copies each of the M start states `group_size` times: leaves [M, ...] -> [M * G, ...], member-major.
+
+    gymnax states are plain pytrees of arrays, so a copy is a full clone: copies given the same keys follow the
+    same trajectory.
+    """
+    return jax.tree.map(lambda x: jnp.repeat(x, group_size, axis=0), starts)
+
+
+def grouped_rollout(
+    env, act: ActFn, value: ValueFn, starts: EnvCarry, member_keys: jax.Array, num_steps: int
+) -> tuple[EnvCarry, Trajectory]:
+    """Rolls each member (a 1-env VecEnv state, leaves [N, 1, ...]) `num_steps` steps with its own key.
+
+    Returns the members' final states (leaves [N, 1, ...]) and a time-major Trajectory [T, N, ...]. A member
+    whose episode ends is auto-reset by gymnax and goes on; `first_episode_mask` marks the steps of each
+    member's first episode.
+    """
+    _check_single_env(env)
+
+    def member(carry, key):
+        return rollout(env, act, value, carry, key, num_steps)
+
+    carry, traj = jax.vmap(member)(starts, member_keys)  # traj leaves [N, T, 1, ...]
+    traj = jax.tree.map(lambda x: jnp.swapaxes(x[:, :, 0], 0, 1), traj)
+    return carry, traj
+
+
+def first_episode_mask(done: jax.Array) -> jax.Array:
+    """[T, N] bool: step t belongs to the first episode of its column (no episode ended before t)."""
+    ended_before = jnp.cumsum(done, axis=0) - done
+    return ended_before == 0
+
+
+def _check_single_env(env) -> None:
+    if env.num_envs != 1:
+        raise ValueError(f"grouped rollouts step 1-env VecEnvs (envs.make(id, 1)), got num_envs={env.num_envs}.")

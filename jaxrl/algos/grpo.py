@@ -1,0 +1,362 @@
+"""Group Relative Policy Optimization for control (Shao et al. 2024, "DeepSeekMath", arXiv 2402.03300, Sec. 4):
+a critic-free clipped policy gradient whose advantages are returns normalised within a group of rollouts that
+share a start, on-policy or with a replay of past groups.
+
+One iteration:
+1. Starts. `group_mode="start"`: M fresh reset states. `group_mode="branch"`: the current states of M ordinary
+   rollouts (the "trunk"), so groups branch from states the policy visits; member 0 of each group carries the
+   trunk on.
+2. Each start is copied G times and each copy (a member) runs `num_steps` steps with its own keys (by default
+   the env's time limit: whole episodes). Steps after a member's first episode ends are masked out.
+3. Advantages: `estimators.group_relative_advantages` with outcome supervision (each member's return,
+   normalised in its group, on all its steps) or process supervision (per-step rewards normalised over the
+   group, summed from each step on). In branch mode this is a Monte Carlo estimate of
+   A(s, a_i) ~ Q(s, a_i) - V(s) among the siblings' first actions.
+4. `update_epochs` passes of shuffled minibatches of the clipped surrogate (`losses.clipped_surrogate_loss`,
+   through its truncated-importance form), minus an entropy bonus, plus an optional k3 KL penalty to a
+   reference policy (the initial one, or one that moves toward the current policy every
+   `ref_update_interval` iterations by `ref_tau`), averaged over valid steps.
+
+Off-policy (scheme 1): with `replay_ratio` = r > 0 every iteration's groups (with their behaviour
+log-probabilities and group-relative advantages, which depend on the rewards only) go into a replay buffer of
+`replay_capacity` iterations; each update trains on the fresh groups plus r groups-batches drawn uniformly from
+the buffer, with r times as many minibatches. The surrogate is anchored at the policy at the start of the update
+(pi_prox) and weighted by the truncated importance ratio min(rho_bar, pi_prox / mu) of the stored behaviour
+log-probabilities mu (Hilton et al. 2022's decoupled objective). With r = 0 it is on-policy GRPO exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jaxrl import envs, estimators, losses, replay
+from jaxrl.configs import check, check_common, check_range, hyper, static
+from jaxrl.minibatch import minibatch_epochs
+from jaxrl.networks import ActorCritic
+from jaxrl.rollout import (
+    EnvCarry,
+    episode_metrics,
+    first_episode_mask,
+    group_starts,
+    grouped_rollout,
+    repeat_members,
+    zero_value,
+)
+
+GROUP_MODES = ("start", "branch")
+SUPERVISION = ("outcome", "process")
+KL_REFERENCES = ("none", "initial", "moving")
+
+
+@struct.dataclass
+class Config:
+    env: str = static("CartPole-v1", "gymnax environment id")
+    num_groups: int = static(8, "groups M per iteration")
+    group_size: int = static(8, "members G per group (rollouts sharing a start)")
+    group_mode: str = static("start", "start: groups start from fresh resets; branch: from states along rollouts")
+    horizon: int = static(0, "steps each member runs; 0 = the env's time limit (whole episodes)")
+    supervision: str = static("outcome", "outcome: normalised episode returns; process: normalised step rewards")
+    total_timesteps: int = static(500_000, "environment steps of the whole run (all members, masked steps too)")
+    update_epochs: int = static(4, "passes over each iteration's data")
+    num_minibatches: int = static(8, "minibatches per pass over the fresh data; must divide M * G * horizon")
+    replay_ratio: int = static(0, "replayed group batches per fresh one (0: on-policy GRPO)")
+    replay_capacity: int = static(8, "iterations of groups the replay buffer holds")
+    kl_reference: str = static("none", "KL penalty reference: none, initial (policy) or moving")
+    ref_update_interval: int = static(10, "iterations between moves of a moving reference")
+    hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the policy MLP")
+    activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
+    policy: str = static("auto", "action head: auto (from the action space), categorical or gaussian")
+    anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
+    learning_rate: float = hyper(3e-3, "Adam learning rate")
+    clip_eps: float = hyper(0.2, "surrogate clipping epsilon")
+    ent_coef: float = hyper(0.0, "entropy bonus coefficient")
+    kl_coef: float = hyper(0.04, "coefficient of the k3 KL penalty (used unless kl_reference is none)")
+    ref_tau: float = hyper(1.0, "step of a moving reference toward the current policy (1: a snapshot)")
+    advantage_eps: float = hyper(1e-8, "epsilon added to the group std when normalising")
+    rho_bar: float = hyper(1.0, "truncation of the importance weight pi_prox / mu on replayed data")
+    max_grad_norm: float = hyper(0.5, "global gradient-norm clipping threshold")
+
+    @property
+    def num_envs(self) -> int:
+        """Members (environments) per iteration, M * G."""
+        return self.num_groups * self.group_size
+
+    @property
+    def num_steps(self) -> int:
+        """Steps per member per iteration: `horizon`, or the env's time limit when it is 0."""
+        return self.horizon or time_limit(self.env)
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+
+@struct.dataclass
+class TrainState:
+    params: Any
+    opt_state: optax.OptState
+    ref_params: Any  # reference policy of the KL penalty (None without one)
+    trunk: EnvCarry | None  # branch mode: the M ordinary rollouts groups branch from, leaves [M, 1, ...]
+    buffer: Any  # replay of past iterations' groups (None on-policy)
+    key: jax.Array
+    iteration: jax.Array
+
+
+@functools.lru_cache(maxsize=None)
+def time_limit(env_id: str) -> int:
+    limit = getattr(envs.make(env_id, 1).params, "max_steps_in_episode", None)
+    if not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"Config.horizon: {env_id} has no time limit; set horizon to the steps per member.")
+    return limit
+
+
+def validate(config: Config) -> None:
+    """Raises a ValueError naming the field and the fix for a config that cannot run."""
+    check(
+        isinstance(config.horizon, int) and config.horizon >= 0,
+        "horizon",
+        f"got {config.horizon!r}; use 0 (the env's time limit) or a positive number of steps.",
+    )
+    positive = ("num_groups", "group_size", "update_epochs", "num_minibatches", "replay_capacity")
+    check_common(config, (*positive, "ref_update_interval"), config.batch_size)
+    check(config.group_size >= 2, "group_size", f"got {config.group_size}; a group needs at least 2 members.")
+    for field, allowed in (
+        ("group_mode", GROUP_MODES),
+        ("supervision", SUPERVISION),
+        ("kl_reference", KL_REFERENCES),
+        ("policy", ("auto", "categorical", "gaussian")),
+    ):
+        value = getattr(config, field)
+        check(value in allowed, field, f"{value!r} is not one of {', '.join(allowed)}.")
+    check(
+        isinstance(config.replay_ratio, int) and config.replay_ratio >= 0,
+        "replay_ratio",
+        f"got {config.replay_ratio!r}; must be an integer >= 0.",
+    )
+    check(
+        config.batch_size % config.num_minibatches == 0,
+        "num_minibatches",
+        f"{config.num_minibatches} does not divide the batch num_groups * group_size * horizon = "
+        f"{config.num_envs} * {config.num_steps} = {config.batch_size}.",
+    )
+    discrete = make_env(config).spec.discrete
+    if config.policy != "auto":
+        wanted = "categorical" if discrete else "gaussian"
+        check(config.policy == wanted, "policy", f"{config.env} needs a {wanted} head; use policy='auto'.")
+    check_range(config, "learning_rate", 0.0, low_open=True)
+    check_range(config, "clip_eps", 0.0, low_open=True)
+    check_range(config, "kl_coef", 0.0)
+    check_range(config, "ref_tau", 0.0, 1.0)
+    check_range(config, "advantage_eps", 0.0)
+    check_range(config, "rho_bar", 0.0, low_open=True)
+    check_range(config, "max_grad_norm", 0.0, low_open=True)
+
+
+def make_env(config: Config):
+    """One environment: members are vmapped 1-env rollouts (see `rollout.grouped_rollout`)."""
+    return envs.make(config.env, 1)
+
+
+def make_network(config: Config, spec: envs.EnvSpec) -> ActorCritic:
+    return ActorCritic(
+        spec.action_dim, spec.discrete, config.hidden_sizes, config.activation, len(spec.observation_shape)
+    )
+
+
+def minibatches_per_epoch(config: Config) -> int:
+    return config.num_minibatches * (1 + config.replay_ratio)
+
+
+def make_optimizer(config: Config) -> optax.GradientTransformation:
+    learning_rate: Any = config.learning_rate
+    if config.anneal_lr:
+        steps_per_iteration = config.update_epochs * minibatches_per_epoch(config)
+
+        def learning_rate(count):
+            done = (count // steps_per_iteration) / config.num_iterations
+            return config.learning_rate * (1.0 - done)
+
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
+
+
+def policy_of(network: ActorCritic, params) -> Callable:
+    return functools.partial(network.apply, params, method=ActorCritic.policy)
+
+
+def behaviour(network: ActorCritic, params) -> Callable:
+    """The rollout's policy `act(obs, key) -> (action, log_prob)` at `params`."""
+
+    def act(obs, key):
+        return policy_of(network, params)(obs).sample_and_log_prob(seed=key)
+
+    return act
+
+
+def evaluation_policy(config: Config, state: TrainState, deterministic: bool = True):
+    """`act(obs, key) -> action` of the trained policy (the mode when `deterministic`), for `jaxrl.evaluate`."""
+    network = make_network(config, make_env(config).spec)
+
+    def act(obs, key):
+        dist = policy_of(network, state.params)(obs)
+        return dist.mode() if deterministic else dist.sample(seed=key)
+
+    return act, lambda obs: obs
+
+
+def _batch_item(config: Config, spec: envs.EnvSpec, obs_dtype=jnp.float32) -> dict[str, jax.Array]:
+    """One iteration's groups as the replay stores them: [T, N, ...] leaves."""
+    shape = (config.num_steps, config.num_envs)
+    actions = jnp.zeros(shape, jnp.int32) if spec.discrete else jnp.zeros((*shape, spec.action_dim), jnp.float32)
+    return {
+        "obs": jnp.zeros((*shape, *spec.observation_shape), obs_dtype),
+        "actions": actions,
+        "log_probs": jnp.zeros(shape, jnp.float32),
+        "advantages": jnp.zeros(shape, jnp.float32),
+        "mask": jnp.zeros(shape, bool),
+    }
+
+
+def init(config: Config, key: jax.Array) -> TrainState:
+    env = make_env(config)
+    network = make_network(config, env.spec)
+    key, net_key, trunk_key = jax.random.split(key, 3)
+    dummy_obs = jnp.zeros((1, *env.spec.observation_shape), jnp.float32)
+    params = network.init(net_key, dummy_obs, method=ActorCritic.policy)  # the actor only: GRPO has no critic
+    opt_state = make_optimizer(config).init(params)
+    ref_params = params if config.kl_reference != "none" else None
+    trunk = group_starts(env, trunk_key, config.num_groups) if config.group_mode == "branch" else None
+    buffer = None
+    if config.replay_ratio > 0:
+        buffer = replay.init(_batch_item(config, env.spec), 1, config.replay_capacity)
+    return TrainState(params, opt_state, ref_params, trunk, buffer, key, jnp.zeros((), jnp.int32))
+
+
+def loss_fn(params, ref_params, network: ActorCritic, config: Config, batch: dict[str, jax.Array]):
+    """Masked mean over valid steps of the (importance-weighted) clipped surrogate - ent_coef * entropy
+    (+ kl_coef * k3 KL to the reference policy)."""
+    dist = policy_of(network, params)(batch["obs"])
+    log_prob = dist.log_prob(batch["actions"])
+    mask = batch["mask"]
+    surrogate, clipped, weight = losses.truncated_importance_surrogate_loss(
+        log_prob, batch["proximal_log_probs"], batch["log_probs"], batch["advantages"], config.clip_eps, config.rho_bar
+    )
+    entropy = losses.masked_mean(dist.entropy(), mask)
+    policy_loss = losses.masked_mean(surrogate, mask)
+    total = policy_loss - config.ent_coef * entropy
+    stats = {
+        "policy_loss": policy_loss,
+        "entropy": entropy,
+        "approx_kl": losses.masked_mean(losses.approx_kl(log_prob, batch["proximal_log_probs"]), mask),
+        "clip_fraction": losses.masked_mean(clipped.astype(jnp.float32), mask),
+        "importance_weight": losses.masked_mean(weight, mask),
+    }
+    if ref_params is not None:
+        ref_log_prob = jax.lax.stop_gradient(policy_of(network, ref_params)(batch["obs"]).log_prob(batch["actions"]))
+        # k3 estimator of KL(pi || pi_ref) on actions sampled from pi: r - log r - 1, r = pi_ref / pi.
+        kl = losses.masked_mean(losses.approx_kl(ref_log_prob, log_prob), mask)
+        total = total + config.kl_coef * kl
+        stats["kl_ref"] = kl
+    return total, stats
+
+
+def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Array):
+    """One iteration's grouped rollout: (groups batch [T, N, ...], new trunk, metrics)."""
+    env = make_env(config)
+    starts_key, member_key = jax.random.split(key)
+    if config.group_mode == "start":
+        starts = group_starts(env, starts_key, config.num_groups)
+    else:
+        starts = state.trunk
+    members = repeat_members(starts, config.group_size)
+    member_keys = jax.random.split(member_key, config.num_envs)
+    final, traj = grouped_rollout(
+        env, behaviour(network, state.params), zero_value, members, member_keys, config.num_steps
+    )
+    mask = first_episode_mask(traj.done)
+    advantages = estimators.group_relative_advantages(
+        traj.rewards, mask, config.group_size, config.supervision, config.advantage_eps
+    )
+    batch = {
+        "obs": traj.obs,
+        "actions": traj.actions,
+        "log_probs": traj.log_probs,
+        "advantages": advantages,
+        "mask": mask,
+    }
+    if config.group_mode == "start":
+        returns = jnp.where(mask, traj.rewards, 0.0).sum(0)  # [N] return of each member's first episode
+        lengths = mask.sum(0)
+        metrics = {
+            "episode_return": returns.mean(),
+            "episode_length": lengths.mean(),
+            "episodes": (mask & traj.done).sum(),
+        }
+        trunk = None
+    else:  # member 0 of each group is an ordinary rollout: its episodes are the policy's
+        trunk = jax.tree.map(lambda x: x[:: config.group_size], final)
+        metrics = episode_metrics(jax.tree.map(lambda x: x[:, :: config.group_size], traj))
+    metrics["valid_fraction"] = mask.mean()
+    return batch, trunk, metrics
+
+
+def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One iteration: grouped rollout, group-relative advantages, `update_epochs` x minibatches."""
+    network = make_network(config, make_env(config).spec)
+    optimizer = make_optimizer(config)
+    key, collect_key, replay_key, shuffle_key = jax.random.split(state.key, 4)
+    batch, trunk, metrics = collect(config, state, network, collect_key)
+
+    buffer = state.buffer
+    if config.replay_ratio > 0:
+        buffer = replay.add(buffer, jax.tree.map(lambda x: x[None, None], batch))
+        replayed = replay.sample(buffer, replay_key, config.replay_ratio)  # leaves [1, r, T, N, ...]
+        batch = jax.tree.map(
+            lambda fresh, old: jnp.concatenate([fresh, *old[0]], axis=1), batch, replayed
+        )  # [T, (1 + r) N, ...]
+        proximal = policy_of(network, state.params)(batch["obs"]).log_prob(batch["actions"])
+        batch["proximal_log_probs"] = jax.lax.stop_gradient(proximal)
+    else:
+        batch["proximal_log_probs"] = batch["log_probs"]
+
+    grad_fn = jax.grad(functools.partial(loss_fn, network=network, config=config), has_aux=True)
+    params, opt_state, stats = minibatch_epochs(
+        lambda params, minibatch: grad_fn(params, state.ref_params, batch=minibatch),
+        optimizer,
+        state.params,
+        state.opt_state,
+        batch,
+        shuffle_key,
+        config.update_epochs,
+        minibatches_per_epoch(config),
+    )
+    ref_params = state.ref_params
+    if config.kl_reference == "moving":
+        move = (state.iteration + 1) % config.ref_update_interval == 0
+        tau = jnp.where(move, config.ref_tau, 0.0)
+        ref_params = optax.incremental_update(params, ref_params, tau)
+    metrics = {**metrics, **jax.tree.map(jnp.mean, stats)}
+    state = TrainState(params, opt_state, ref_params, trunk, buffer, key, state.iteration + 1)
+    return state, metrics
+
+
+def train(config: Config, key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+    """init + `lax.scan` of `update` over `config.num_iterations`; metrics are stacked per iteration."""
+    state = init(config, key)
+    return jax.lax.scan(lambda s, _: update(config, s), state, None, length=config.num_iterations)
+
+
+def make_train(config: Config):
+    """Validates `config` and returns the pure `train(key) -> (TrainState, metrics)`, ready to jit/vmap."""
+    validate(config)
+    return functools.partial(train, config)
