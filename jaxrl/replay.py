@@ -10,6 +10,9 @@ ends.
 
 Here the time-major convention of the rest of jaxrl holds on both sides: `add` takes `[T, N, ...]` and
 `sample` returns `[sequence_length, batch_size, ...]`.
+
+The prioritised variant (`init_prioritized`, `add_prioritized`, `sample_prioritized`, `set_priorities`,
+`importance_weights`) is at the end of this file.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import chex
 import jax
 import jax.numpy as jnp
-from flashbax.buffers import trajectory_buffer
+from flashbax.buffers import prioritised_trajectory_buffer, trajectory_buffer
 
 ReplayState = trajectory_buffer.TrajectoryBufferState
 
@@ -63,3 +66,78 @@ def size(state: ReplayState) -> jax.Array:
 def can_sample(state: ReplayState, sequence_length: int = 1) -> jax.Array:
     """True once every env has written at least `sequence_length` steps."""
     return trajectory_buffer.can_sample(state, sequence_length)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prioritised replay (Schaul, Quan, Antonoglou & Silver 2016, "Prioritized Experience Replay", proportional
+# variant). Built on flashbax's prioritised trajectory buffer: the same ring of per-env streams plus a sum tree over
+# the windows that may be sampled (one per start step, `period` 1). Window i is drawn with probability
+# P(i) = p_i^alpha / sum_k p_k^alpha (stratified over the tree's total, as flashbax samples it); a window added
+# gets the largest p^alpha recorded so far (1 at the start), so it is replayed at least once soon; windows that
+# would cross the write position (or are overwritten) get priority 0. Works with jax 0.10.2 (flashbax 0.1.3).
+# ---------------------------------------------------------------------------------------------------------------
+
+PrioritizedReplayState = prioritised_trajectory_buffer.PrioritisedTrajectoryBufferState
+
+
+def _device() -> str:
+    """flashbax's sum-tree update: a scan on CPU, a bincount on accelerators."""
+    return "cpu" if jax.default_backend() == "cpu" else "gpu"
+
+
+def init_prioritized(item, num_envs: int, capacity: int) -> PrioritizedReplayState:
+    """An empty prioritised buffer for `capacity` transitions (a multiple of `num_envs`) shaped like `item`."""
+    if capacity % num_envs or capacity < num_envs:
+        raise ValueError(f"capacity={capacity} must be a positive multiple of num_envs={num_envs}.")
+    return prioritised_trajectory_buffer.prioritised_init(item, num_envs, capacity // num_envs, 1)
+
+
+def add_prioritized(state: PrioritizedReplayState, items, sequence_length: int = 1) -> PrioritizedReplayState:
+    """Appends a time-major batch `[T, N, ...]`; the windows of `sequence_length` steps it completes get the
+    maximum priority^alpha recorded so far. `sequence_length` must be the one later passed to `sample_prioritized`.
+    """
+    batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), items)
+    num_envs, length = jax.tree.leaves(state.experience)[0].shape[:2]
+    add_length = jax.tree.leaves(batch)[0].shape[1]
+    new_windows, _ = prioritised_trajectory_buffer._calculate_new_item_indices(
+        state.running_index, add_length, 1, length, sequence_length, num_envs
+    )
+    state = prioritised_trajectory_buffer.prioritised_add(state, batch, sequence_length, 1, _device())
+    # flashbax 0.1.3 gives the new windows int(max priority) (a `full_like` of the integer index array), e.g. 4
+    # instead of 4.87; set the float maximum, as Schaul et al. do. Padding indices lie outside the tree (dropped).
+    padding = prioritised_trajectory_buffer._get_padding_num(length, 1, num_envs)
+    tree = state.sum_tree_state
+    priorities = jnp.where(new_windows != padding, tree.max_recorded_priority, 0.0)
+    tree = prioritised_trajectory_buffer.SET_BATCH_FN[_device()](tree, new_windows, priorities)
+    return state.replace(sum_tree_state=tree)
+
+
+def sample_prioritized(state: PrioritizedReplayState, key: jax.Array, batch_size: int, sequence_length: int = 1):
+    """`batch_size` windows drawn with probability P(i) proportional to their stored priority p_i^alpha.
+
+    Returns (windows `[sequence_length, batch_size, ...]`, indices [B] for `set_priorities`, probabilities P(i)
+    [B]). The batch comes stratified (one draw per equal slice of the total priority), so in sum-tree order.
+    """
+    chex.assert_scalar_positive(batch_size)
+    chex.assert_scalar_positive(sequence_length)
+    out = prioritised_trajectory_buffer.prioritised_sample(state, key, batch_size, sequence_length, 1)
+    windows = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), out.experience)
+    return windows, out.indices, out.probabilities
+
+
+def set_priorities(
+    state: PrioritizedReplayState, indices: jax.Array, priorities: jax.Array, alpha
+) -> PrioritizedReplayState:
+    """Sets window `indices` to priorities p (e.g. |TD error| + eps, > 0); sampling then uses p^alpha
+    (alpha = 0: uniform, alpha = 1: proportional). `alpha` may be traced. Of repeated indices the last wins."""
+    chex.assert_equal_shape([indices, priorities])
+    return prioritised_trajectory_buffer.set_priorities(state, indices, priorities, alpha, _device())
+
+
+def importance_weights(probabilities: jax.Array, num_items, beta) -> jax.Array:
+    """Importance-sampling weights w_i = (N P(i))^-beta / max_j w_j over the batch (Schaul et al. 2016, Alg. 1
+    line 10), correcting the bias of prioritised sampling fully at beta = 1; N is the number of stored windows
+    (it cancels in the normalisation, which keeps every weight <= 1)."""
+    # a window drawn at probability 0 (only by floating-point rounding at a tree boundary) must not give inf
+    weights = (num_items * jnp.maximum(probabilities, jnp.finfo(jnp.float32).tiny)) ** (-beta)
+    return weights / weights.max()

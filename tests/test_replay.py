@@ -110,3 +110,107 @@ def test_vmap_over_buffers_equals_separate():
 def test_bad_capacity_raises():
     with pytest.raises(ValueError, match="capacity"):
         replay.init(item(), 3, 20)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prioritised replay
+# ---------------------------------------------------------------------------------------------------------------
+
+ALPHA = 0.6
+
+
+@jax.jit
+def prioritized(key):
+    """7 steps of 2 envs (14 windows of 1 step: index 10 * env + step), priorities 1..14 set at alpha = 0.6, then
+    8000 draws; then 2 more steps whose new windows get the largest priority^alpha so far, and 8000 draws."""
+    state = replay.init_prioritized(item(), N, CAPACITY)
+    state = replay.add_prioritized(state, steps(0, 7))
+    indices = jnp.array([10 * e + t for e in range(N) for t in range(7)])
+    priorities = jnp.arange(1, 15, dtype=jnp.float32)
+    state = replay.set_priorities(state, indices, priorities, ALPHA)
+    first = replay.sample_prioritized(state, key, 8000)
+    state = replay.add_prioritized(state, steps(7, 2))
+    second = replay.sample_prioritized(state, key, 8000)
+    return first, second, replay.size(state)
+
+
+@pytest.fixture(scope="module")
+def prioritized_samples():
+    return jax.tree.map(np.asarray, prioritized(jax.random.key(1)))
+
+
+def test_prioritized_sampling_follows_priorities_to_the_alpha(prioritized_samples):
+    """Chi-square goodness of fit of the drawn ids to P(i) = p_i^alpha / sum_k p_k^alpha, and the returned
+    probabilities are those P(i)."""
+    (batch, indices, probabilities), _, _ = prioritized_samples
+    ids = batch["id"].ravel()
+    written = [100 * e + t for e in range(N) for t in range(7)]
+    p = np.arange(1, 15) ** ALPHA
+    expected = p / p.sum()
+    counts = np.array([(ids == i).sum() for i in written])
+    assert counts.sum() == ids.size
+    _, p_value = stats.chisquare(counts, expected * ids.size)
+    assert p_value > 1e-3, (counts, expected * ids.size)
+    # far from uniform: the largest priority is drawn 14^0.6 / 1 = 4.9 times as often as the smallest
+    assert counts[-1] > 3 * counts[0]
+    np.testing.assert_array_equal(indices, 10 * (ids // 100) + ids % 100)  # indices point at the drawn windows
+    np.testing.assert_allclose(probabilities, expected[[written.index(i) for i in ids]], rtol=1e-5)
+
+
+def test_new_windows_get_the_maximum_priority(prioritized_samples):
+    _, (batch, _, probabilities), size = prioritized_samples
+    assert size == 18
+    ids = batch["id"].ravel()
+    p = np.concatenate([np.arange(1, 15) ** ALPHA, np.full(4, 14**ALPHA)])  # 4 new windows at max p^alpha
+    written = [100 * e + t for e in range(N) for t in range(7)] + [100 * e + t for e in range(N) for t in (7, 8)]
+    counts = np.array([(ids == i).sum() for i in written])
+    assert counts.sum() == ids.size
+    _, p_value = stats.chisquare(counts, p / p.sum() * ids.size)
+    assert p_value > 1e-3
+    np.testing.assert_allclose(probabilities, (p / p.sum())[[written.index(i) for i in ids]], rtol=1e-5)
+
+
+def test_importance_weights_are_normalised_by_their_max():
+    probabilities = jnp.array([0.1, 0.2, 0.4, 0.05])
+    for beta in (0.0, 0.4, 1.0):
+        w = np.asarray(replay.importance_weights(probabilities, 20, beta))
+        raw = (20 * np.asarray(probabilities)) ** (-beta)
+        np.testing.assert_allclose(w, raw / raw.max(), rtol=1e-6)
+        assert w.max() == pytest.approx(1.0) and (beta == 0 or w.argmax() == 3)  # the least likely weighs most
+    np.testing.assert_allclose(replay.importance_weights(probabilities, 20, 0.0), np.ones(4))
+    assert np.isfinite(replay.importance_weights(jnp.array([0.0, 0.5]), 2, 1.0)).all()
+
+
+def test_prioritized_windows_never_cross_the_write_position():
+    """Windows of 3 steps: every drawn window is 3 consecutive steps of one env, also after wrapping; with
+    uniform priorities the valid starts are all drawn."""
+
+    @jax.jit
+    def run(key):
+        state = replay.init_prioritized(item(), N, CAPACITY)
+        state = replay.add_prioritized(state, steps(0, 7), 3)
+        state = replay.add_prioritized(state, steps(7, 6), 3)  # 13 steps in 10 slots: wraps
+        return replay.sample_prioritized(state, key, 2000, 3)
+
+    windows, _, probabilities = jax.tree.map(np.asarray, run(jax.random.key(2)))
+    ids = windows["id"]  # [3, 2000]
+    np.testing.assert_array_equal(np.diff(ids, axis=0), np.ones((2, 2000)))
+    assert ids.min() % 100 >= 3 and ids.max() % 100 <= 12
+    assert set(np.unique(ids[0])) == {100 * e + t for e in range(N) for t in range(3, 11)}
+    np.testing.assert_allclose(probabilities, 1 / 16, rtol=1e-5)
+
+
+def test_prioritized_vmap_over_buffers_equals_separate():
+    def run(offset, key):
+        state = replay.init_prioritized(item(), N, CAPACITY)
+        state = replay.add_prioritized(state, jax.tree.map(lambda x: x + offset, steps(0, 6)))
+        _, indices, _ = replay.sample_prioritized(state, key, 8)
+        state = replay.set_priorities(state, indices, jnp.arange(1.0, 9.0) + offset, 0.5)
+        return replay.sample_prioritized(state, key, 16)
+
+    keys = jax.random.split(jax.random.key(3), 2)
+    offsets = jnp.array([0, 1000], jnp.int32)
+    batched = jax.jit(jax.vmap(run))(offsets, keys)
+    for i in range(2):
+        single = jax.jit(run)(offsets[i], keys[i])
+        jax.tree.map(lambda b, s, i=i: np.testing.assert_allclose(b[i], s, rtol=1e-6), batched, single)

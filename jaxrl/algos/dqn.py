@@ -1,12 +1,17 @@
 """Deep Q-Network with experience replay and a target network (Mnih et al. 2015, "Human-level control through
 deep reinforcement learning"), optionally double (van Hasselt et al. 2016), dueling (Wang et al. 2016) and
-n-step (Sutton 1988; as in Rainbow, Hessel et al. 2018).
+n-step (Sutton 1988; as in Rainbow, Hessel et al. 2018) and with prioritised replay (Schaul et al. 2016).
 
 One iteration: every one of `num_envs` envs takes `num_steps` epsilon-greedy steps of the online Q-network;
 the transitions (with their true successor observations) go into the replay buffer; once `learning_starts`
 env steps have been collected, `updates_per_iteration` gradient steps each fit Q(s, a) to n-step targets on a
 uniformly sampled batch; every `target_update_interval` iterations the target network moves to the online one
 (`tau` = 1: a copy; `tau` < 1: Polyak averaging). Discrete actions only.
+
+With `prioritized`, batches are drawn with probability proportional to p^alpha, p = |TD error| + eps of the last
+time a window was replayed (new windows get the largest p^alpha so far; `replay.sample_prioritized`), and each
+element's loss is weighted by the importance-sampling weight (N P(i))^-beta normalised by the batch's max, with beta
+annealed linearly from `priority_beta` to `priority_beta_end` over the run.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class Config:
     double: bool = static(True, "double Q-learning: the online network picks the bootstrap action")
     dueling: bool = static(False, "dueling head: Q = V + A - mean(A)")
     n_step: int = static(3, "steps of real rewards before bootstrapping (n-step returns)")
+    prioritized: bool = static(False, "prioritised replay (Schaul et al. 2016): sample by |TD error| + eps")
     hidden_sizes: tuple[int, ...] = static((128, 128), "hidden layer sizes of the Q-network")
     activation: str = static("relu", "hidden activation: tanh, relu, gelu or silu")
     layer_norm: bool = static(True, "LayerNorm before each hidden activation (keeps frequent target updates stable)")
@@ -50,6 +56,10 @@ class Config:
     epsilon_decay_fraction: float = hyper(0.2, "fraction of total_timesteps over which epsilon decays linearly")
     tau: float = hyper(1.0, "target update step size: 1 copies, < 1 is Polyak averaging")
     max_grad_norm: float = hyper(10.0, "global gradient-norm clipping threshold")
+    priority_alpha: float = hyper(0.6, "prioritised replay: sampling probability ~ priority^alpha (0: uniform)")
+    priority_beta: float = hyper(0.4, "prioritised replay: importance-sampling exponent beta at the start")
+    priority_beta_end: float = hyper(1.0, "prioritised replay: beta at the end (linear anneal; = beta: constant)")
+    priority_eps: float = hyper(1e-6, "prioritised replay: priority = |TD error| + priority_eps")
 
     @property
     def steps_per_iteration(self) -> int:
@@ -65,7 +75,7 @@ class TrainState:
     params: Any
     target_params: Any
     opt_state: optax.OptState
-    buffer: replay.ReplayState
+    buffer: replay.ReplayState  # replay.PrioritizedReplayState with `prioritized`
     env: EnvCarry
     key: jax.Array
     iteration: jax.Array
@@ -110,6 +120,11 @@ def validate(config: Config) -> None:
     check_range(config, "epsilon_decay_fraction", 0.0, 1.0)
     check_range(config, "tau", 0.0, 1.0, low_open=True)
     check_range(config, "max_grad_norm", 0.0, low_open=True)
+    check(isinstance(config.prioritized, bool), "prioritized", f"got {config.prioritized!r}, must be True or False.")
+    check_range(config, "priority_alpha", 0.0, 1.0)
+    check_range(config, "priority_beta", 0.0, 1.0)
+    check_range(config, "priority_beta_end", 0.0, 1.0)
+    check_range(config, "priority_eps", 0.0, low_open=True)
 
 
 def make_env(config: Config):
@@ -192,7 +207,10 @@ def init(config: Config, key: jax.Array) -> TrainState:
         "truncated": jnp.zeros((), bool),
         "next_obs": carry.obs[0],
     }
-    buffer = replay.init(item, config.num_envs, config.buffer_size)
+    if config.prioritized:
+        buffer = replay.init_prioritized(item, config.num_envs, config.buffer_size)
+    else:
+        buffer = replay.init(item, config.num_envs, config.buffer_size)
     opt_state = make_optimizer(config).init(params)
     return TrainState(params, params, opt_state, buffer, carry, key, jnp.zeros((), jnp.int32))
 
@@ -214,10 +232,44 @@ def td_errors(params, target_params, network: QNetwork, config: Config, batch: d
     return jax.lax.stop_gradient(returns[0]) - q_tm1_a, q_tm1_a
 
 
-def loss_fn(params, target_params, network: QNetwork, config: Config, batch: dict[str, jax.Array]):
+def loss_fn(params, target_params, network: QNetwork, config: Config, batch: dict[str, jax.Array], weights=None):
+    """Mean TD loss of a batch, each element weighted by `weights` [B] when given (prioritised replay's
+    importance-sampling weights). Returns (loss, (stats, TD errors [B]))."""
     td, q = td_errors(params, target_params, network, config, batch)
     loss = losses.huber(td) if config.td_loss == "huber" else losses.l2(td)
-    return loss.mean(), {"loss": loss.mean(), "q_mean": q.mean()}
+    if weights is not None:
+        loss = jax.lax.stop_gradient(weights) * loss
+    return loss.mean(), ({"loss": loss.mean(), "q_mean": q.mean()}, td)
+
+
+def beta_at(config: Config, iteration: jax.Array) -> jax.Array:
+    """Importance-sampling exponent: linear from priority_beta to priority_beta_end over the iterations."""
+    fraction = jnp.clip(iteration / jnp.maximum(config.num_iterations - 1, 1), 0.0, 1.0)
+    return config.priority_beta + fraction * (config.priority_beta_end - config.priority_beta)
+
+
+def gradient_step(config: Config, network: QNetwork, optimizer, target_params, buffer, beta, train, key: jax.Array):
+    """One gradient step on a replayed batch: `train` = (params, opt_state, prioritized_buffer) -> (train, stats).
+
+    Uniform replay samples from `buffer` and carries `prioritized_buffer` = None. Prioritised replay samples from
+    `prioritized_buffer` (`buffer` is then unused), weights each element's loss by its importance-sampling weight
+    at exponent `beta`, and sets the priorities of the drawn windows to |TD error| + priority_eps.
+    """
+    params, opt_state, prioritized_buffer = train
+    if config.prioritized:
+        batch, indices, probabilities = replay.sample_prioritized(
+            prioritized_buffer, key, config.batch_size, config.n_step
+        )
+        weights = replay.importance_weights(probabilities, replay.size(prioritized_buffer), beta)
+    else:
+        batch, weights = replay.sample(buffer, key, config.batch_size, config.n_step), None
+    grad_fn = jax.grad(functools.partial(loss_fn, network=network, config=config), has_aux=True)
+    grads, (stats, td) = grad_fn(params, target_params, batch=batch, weights=weights)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    if config.prioritized:
+        priorities = jnp.abs(td) + config.priority_eps
+        prioritized_buffer = replay.set_priorities(prioritized_buffer, indices, priorities, config.priority_alpha)
+    return (optax.apply_updates(params, updates), opt_state, prioritized_buffer), stats
 
 
 def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
@@ -232,18 +284,15 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
     act = behaviour(network, state.params, epsilon)
     no_critic = functools.partial(zero_value, obs_ndim=len(env.spec.observation_shape))
     carry, traj = rollout(env, act, no_critic, state.env, rollout_key, config.num_steps, keep_next_obs=True)
-    buffer = replay.add(state.buffer, transitions(traj))
-    grad_fn = jax.grad(functools.partial(loss_fn, network=network, config=config), has_aux=True)
-
-    def gradient_step(train, sample_key):
-        params, opt_state = train
-        batch = replay.sample(buffer, sample_key, config.batch_size, config.n_step)
-        grads, stats = grad_fn(params, state.target_params, batch=batch)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), stats
+    if config.prioritized:
+        buffer = replay.add_prioritized(state.buffer, transitions(traj), config.n_step)
+    else:
+        buffer = replay.add(state.buffer, transitions(traj))
+    beta = beta_at(config, state.iteration)
+    step = functools.partial(gradient_step, config, network, optimizer, state.target_params, buffer, beta)
 
     def learn(train):
-        train, stats = jax.lax.scan(gradient_step, train, jax.random.split(learn_key, config.updates_per_iteration))
+        train, stats = jax.lax.scan(step, train, jax.random.split(learn_key, config.updates_per_iteration))
         return train, jax.tree.map(jnp.mean, stats)
 
     def wait(train):  # before learning starts: no gradient step; loss and q_mean read 0 (NaN would be a divergence)
@@ -251,13 +300,17 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
 
     env_steps = (state.iteration + 1) * config.steps_per_iteration
     ready = (env_steps >= config.learning_starts) & replay.can_sample(buffer, config.n_step)
-    (params, opt_state), stats = jax.lax.cond(ready, learn, wait, (state.params, state.opt_state))
+    train = (state.params, state.opt_state, buffer if config.prioritized else None)
+    (params, opt_state, prioritized_buffer), stats = jax.lax.cond(ready, learn, wait, train)
+    buffer = prioritized_buffer if config.prioritized else buffer
 
     update_target = (state.iteration + 1) % config.target_update_interval == 0
     moved = optax.incremental_update(params, state.target_params, config.tau)
     target_params = jax.tree.map(lambda new, old: jnp.where(update_target, new, old), moved, state.target_params)
 
     metrics = {**episode_metrics(traj), **stats, "epsilon": epsilon}
+    if config.prioritized:
+        metrics["priority_beta"] = beta
     state = TrainState(params, target_params, opt_state, buffer, carry, key, state.iteration + 1)
     return state, metrics
 
