@@ -1,4 +1,4 @@
-"""Command line: `jaxrl train ALGO [--field value ...]`. Every Config field is a flag, its comment the help."""
+"""Command line: `jaxrl train | sweep | eval | plot`. Every Config field is a flag, its comment the help."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from jaxrl.algos import ALGORITHMS
+from jaxrl.configs import to_dict
 
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "jaxrl", "xla")
 
@@ -100,6 +101,240 @@ def evaluate_run(run_dir: Path, episodes: int, seed: int) -> int:
     return 0
 
 
+def _field_value(config_cls, name: str, text: str):
+    """`text` parsed as a value of Config field `name` (int fields accept 5e5, bool fields true/false)."""
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    if name not in fields:
+        raise ValueError(f"Config.{name}: unknown field of {config_cls.__module__}.Config.")
+    default = fields[name].default
+    if isinstance(default, bool):
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"Config.{name}: {text!r} is not true or false.")
+        return text.lower() in ("true", "1")
+    if isinstance(default, int):
+        return _number(text)
+    return float(text)
+
+
+def _split_assignment(text: str, flag: str) -> tuple[str, str]:
+    name, sep, values = text.partition("=")
+    if not sep or not name or not values:
+        raise ValueError(f"{flag} {text!r}: expected NAME=VALUES, e.g. {flag} learning_rate=1e-3,3e-3.")
+    return name.strip().replace("-", "_"), values.strip()
+
+
+DIST_KINDS = {"uniform": "uniform", "loguniform": "log_uniform", "log_uniform": "log_uniform", "int": "int_uniform"}
+DIST_KINDS["int_uniform"] = "int_uniform"
+
+
+def sweep_from_args(module, base, args):
+    """The `jaxrl.sweep.Sweep` of `--grid NAME=V1,V2 ...` or `--random N --dist NAME=KIND:LOW:HIGH ...`."""
+    from jaxrl import sweep
+
+    if args.random is not None:
+        if args.grid:
+            raise ValueError("use either --grid or --random with --dist, not both.")
+        if not args.dist:
+            raise ValueError("--random N needs at least one --dist NAME=KIND:LOW:HIGH (or NAME=V1,V2,...).")
+        dists = {}
+        for text in args.dist:
+            name, spec = _split_assignment(text, "--dist")
+            kind, _, bounds = spec.partition(":")
+            if kind.lower() in DIST_KINDS:
+                low, sep, high = bounds.partition(":")
+                if not sep:
+                    raise ValueError(f"--dist {text!r}: expected {name}={kind}:LOW:HIGH.")
+                dists[name] = (
+                    DIST_KINDS[kind.lower()],
+                    _field_value(module.Config, name, low),
+                    _field_value(module.Config, name, high),
+                )
+            elif ":" in spec:
+                known = ", ".join(sorted(DIST_KINDS))
+                raise ValueError(f"--dist {text!r}: unknown distribution {kind!r}; use one of {known}, or V1,V2,...")
+            else:
+                dists[name] = [_field_value(module.Config, name, v) for v in spec.split(",") if v]
+        return sweep.random(base, args.random, seed=args.random_seed, **dists)
+    if args.dist:
+        raise ValueError("--dist needs --random N (the number of points to draw).")
+    values = {}
+    for text in args.grid or []:
+        name, spec = _split_assignment(text, "--grid")
+        values[name] = [_field_value(module.Config, name, v) for v in spec.split(",") if v]
+    return sweep.grid(base, **values) if values else sweep.from_points(base, [{}])
+
+
+def sweep_summary(results, last: int = 5) -> list[dict]:
+    """Per config: its point, the final return (mean over the last `last` iterations) averaged over seeds,
+    and its 95% bootstrap interval over seeds."""
+    import numpy as np
+
+    from jaxrl.plot import bootstrap_interval
+
+    final = results.final("episode_return", last)  # [C, S]
+    mean, low, high = bootstrap_interval(final.T)
+    rows = []
+    for c, point in enumerate(results.points):
+        finite = np.isfinite(final[c])
+        rows.append(
+            {
+                "config": c,
+                **point,
+                "seeds": int(finite.sum()),
+                "final_return_mean": float(mean[c]),
+                "ci95_low": float(low[c]),
+                "ci95_high": float(high[c]),
+            }
+        )
+    return rows
+
+
+def format_sweep_summary(rows: list[dict], names: list[str]) -> str:
+    header = ["config", *names, "seeds", "final return", "95% interval"]
+    table = [header]
+    for row in rows:
+        interval = f"[{row['ci95_low']:.1f}, {row['ci95_high']:.1f}]"
+        table.append(
+            [
+                str(row["config"]),
+                *(f"{row[n]:.4g}" for n in names),
+                str(row["seeds"]),
+                f"{row['final_return_mean']:.1f}",
+                interval,
+            ]
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)) for r in table)
+
+
+def run_sweep(args) -> int:
+    """`jaxrl sweep ALGO ...`: one compiled program over configs x seeds, sharded over the devices of one or
+    several processes; process 0 writes results.csv, summary.csv and sweep.json to --out."""
+    import csv
+
+    from jaxrl import sweep
+
+    module = ALGORITHMS[args.algo]
+    if args.coordinator is not None or args.num_processes > 1:
+        if args.coordinator is None or args.process_id is None:
+            print("jaxrl: error: a multi-process sweep needs --coordinator HOST:PORT and --process-id", file=sys.stderr)
+            return 2
+        sweep.initialize_distributed(args.coordinator, args.num_processes, args.process_id, args.cpu_cores)
+    elif args.cpu_cores is not None:
+        sweep.use_cpu_cores(args.cpu_cores)
+    if args.compile_cache.lower() != "none":
+        enable_compilation_cache(args.compile_cache)
+    import jax
+
+    try:
+        base = config_from_args(module.Config, args)
+        module.validate(base)
+        points = sweep_from_args(module, base, args)
+        devices = jax.devices()
+        if args.devices is not None:
+            if not 1 <= args.devices <= len(devices):
+                raise ValueError(f"--devices {args.devices}: this run has {len(devices)} device(s).")
+            devices = devices[: args.devices]
+        if args.seeds < 1:
+            raise ValueError(f"--seeds {args.seeds}: need at least one seed.")
+    except (TypeError, ValueError) as error:
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return 2
+    lead = jax.process_index() == 0
+    if lead:
+        print(
+            f"sweep {args.algo} on {base.env}: {len(points)} config(s) x {args.seeds} seed(s) over {len(devices)} "
+            f"device(s) in {jax.process_count()} process(es)",
+            flush=True,
+        )
+    try:
+        results = sweep.run(
+            points, seeds=args.seeds, seed=args.seed, algo=module, devices=devices, method=args.method, keep_state=False
+        )
+    except ValueError as error:
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return 2
+    if not lead:
+        print(f"process {jax.process_index()}: done (compile {results.compile_s:.1f} s, run {results.run_s:.2f} s)")
+        return 0
+    out = Path(args.out)
+    results.to_csv(out / "results.csv")
+    rows = sweep_summary(results, args.last)
+    with open(out / "summary.csv", "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    info = {
+        "algo": args.algo,
+        "config": to_dict(base),
+        "points": points.points,
+        "seeds": args.seeds,
+        "seed": args.seed,
+        "devices": results.num_devices,
+        "processes": results.num_processes,
+        "compile_s": round(results.compile_s, 3),
+        "run_s": round(results.run_s, 3),
+        "steps_per_second": round(results.steps_per_second),
+    }
+    (out / "sweep.json").write_text(json.dumps(info, indent=2))
+    print(format_sweep_summary(rows, points.names))
+    print(
+        f"final return: mean of the last {args.last} iterations per seed; interval: 95% bootstrap over seeds\n"
+        f"compile {results.compile_s:.2f} s, run {results.run_s:.2f} s ({results.steps_per_second:,.0f} env steps/s, "
+        f"all runs; {results.num_devices} device(s), {results.num_processes} process(es))\n"
+        f"results           {out / 'results.csv'}\n"
+        f"plot              jaxrl plot --sensitivity {out / 'results.csv'}"
+    )
+    return 0
+
+
+def add_sweep_parser(commands) -> None:
+    parser = commands.add_parser("sweep", help="train a grid or random sweep x seeds in one compiled program")
+    algos = parser.add_subparsers(dest="algo", required=True, metavar="ALGO")
+    for name, module in ALGORITHMS.items():
+        sub = algos.add_parser(
+            name,
+            help=(module.__doc__ or "").strip().splitlines()[0],
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
+        group = sub.add_argument_group("sweep")
+        group.add_argument(
+            "--grid",
+            action="append",
+            metavar="NAME=V1,V2",
+            help="values of a hyperparameter field; several --grid flags give their cartesian product",
+        )
+        group.add_argument("--random", type=int, default=None, metavar="N", help="draw N random points (with --dist)")
+        group.add_argument(
+            "--dist",
+            action="append",
+            metavar="NAME=KIND:LOW:HIGH",
+            help="distribution of a field for --random: uniform, loguniform or int (both ends included) with "
+            "LOW:HIGH, or a list V1,V2,... to choose from",
+        )
+        group.add_argument("--random-seed", type=int, default=0, help="seed of the --random draws")
+        group.add_argument("--seeds", type=int, default=4, help="seeds per config")
+        group.add_argument("--seed", type=int, default=0, help="base random seed of the training runs")
+        group.add_argument("--out", default="sweep", help="folder for results.csv, summary.csv and sweep.json")
+        group.add_argument("--last", type=int, default=5, help="iterations averaged into a run's final return")
+        group.add_argument("--method", default="jit", choices=["jit", "shard_map"], help="how the batch is sharded")
+        group.add_argument("--devices", type=int, default=None, help="shard over the first N devices (default: all)")
+        group.add_argument(
+            "--cpu-cores", type=int, default=None, help="XLA CPU devices of this process (one per core to use)"
+        )
+        group.add_argument(
+            "--coordinator", default=None, metavar="HOST:PORT", help="multi-process: address of process 0"
+        )
+        group.add_argument("--num-processes", type=int, default=1, help="multi-process: number of processes")
+        group.add_argument("--process-id", type=int, default=None, help="multi-process: this process, 0 .. N-1")
+        group.add_argument(
+            "--compile-cache",
+            default=DEFAULT_CACHE,
+            help="folder of JAX's persistent compilation cache; 'none' turns it off",
+        )
+        add_config_flags(sub, module.Config)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxrl", description="Reinforcement learning compiled end to end in JAX.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -133,11 +368,26 @@ def build_parser() -> argparse.ArgumentParser:
         run_group.add_argument("--checkpoint-every", type=int, default=5, help="save a checkpoint every N chunks")
         run_group.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
         run_group.add_argument(
+            "--eval-every",
+            type=int,
+            default=0,
+            metavar="K",
+            help="evaluate the deterministic policy inside every K-th compiled chunk and the last (0: never)",
+        )
+        run_group.add_argument("--eval-episodes", type=int, default=16, help="fresh episodes per evaluation and seed")
+        run_group.add_argument(
+            "--wandb",
+            default=None,
+            metavar="PROJECT",
+            help="also log to Weights & Biases (pip install 'jaxrl[wandb]'; WANDB_MODE=offline works without network)",
+        )
+        run_group.add_argument(
             "--compile-cache",
             default=DEFAULT_CACHE,
             help="folder of JAX's persistent compilation cache; 'none' turns it off",
         )
         add_config_flags(sub, module.Config)
+    add_sweep_parser(commands)
     evaluate = commands.add_parser("eval", help="evaluate a run's latest checkpoint on fresh episodes")
     evaluate.add_argument("run_dir", help="run folder (with config.json and checkpoints/)")
     evaluate.add_argument("--episodes", type=int, default=100, help="episodes per seed, played in parallel")
@@ -152,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "sweep":
+        return run_sweep(args)
     if args.command == "plot":
         from jaxrl.plot import learning_curves
 
@@ -168,6 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.resume:
             _, config, args.seeds, args.seed = load_run_config(Path(args.resume))
+            saved_eval = json.loads((Path(args.resume) / "config.json").read_text()).get("eval")
+            args.eval_every, args.eval_episodes = (
+                (saved_eval["every"], saved_eval["episodes"]) if saved_eval else (0, args.eval_episodes)
+            )
         else:
             config = config_from_args(module.Config, args)
         module.validate(config)
@@ -178,6 +434,15 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = Path(args.resume)
     else:
         run_dir = Path(args.run_dir) if args.run_dir else runner.make_run_dir(args.runs_dir, args.algo, config)
+    sinks = []
+    if args.wandb:
+        from jaxrl.logging import WandbSink
+
+        try:
+            sinks.append(WandbSink(args.wandb, name=run_dir.name, config={"algo": args.algo, **to_dict(config)}))
+        except ImportError as error:
+            print(f"jaxrl: error: {error}", file=sys.stderr)
+            return 2
     try:
         result = runner.run(
             module,
@@ -190,6 +455,9 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint_every=args.checkpoint_every,
             tensorboard=args.tensorboard,
             resume=bool(args.resume),
+            eval_every=args.eval_every,
+            eval_episodes=args.eval_episodes,
+            sinks=sinks,
         )
     except runner.Interrupted as stop:
         print(
@@ -201,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     except runner.Divergence as error:
         print(f"jaxrl: error: {error}", file=sys.stderr)
         return 3
-    except checkpoint.CheckpointError as error:
+    except (checkpoint.CheckpointError, ValueError) as error:
         print(f"jaxrl: error: {error}", file=sys.stderr)
         return 2
     info = runner.summary(result, args.target_return)

@@ -7,6 +7,10 @@ state in `flax.struct` pytrees and are pure, so a VecEnv steps inside `jax.jit`,
 
 `info["final_observation"]` is the true successor observation of every env (before auto-reset): on a
 truncated step its value is what a return bootstraps from.
+
+gymnax is imported on first use, not with this module: its import creates JAX arrays, which initialises JAX's
+backends, after which the CPU device count (`jaxrl.sweep.use_cpu_cores`) and `jax.distributed.initialize`
+can no longer be set up.
 """
 
 from __future__ import annotations
@@ -15,11 +19,17 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-import gymnax
 import jax
 import jax.numpy as jnp
 from flax import struct
-from gymnax.environments import spaces
+
+
+def _gymnax():
+    """The gymnax module, imported on first use (see the module docstring)."""
+    import gymnax
+
+    return gymnax
+
 
 OBS_CLIP = 10.0  # normalised observations are clipped to [-10, 10], as in SB3's VecNormalize
 
@@ -49,7 +59,9 @@ class VecEnv:
         per that many steps; an env that overrides `is_truncated` gets the trivial bound.
         """
         limit = getattr(self.params, "max_steps_in_episode", None)
-        standard = type(self.env).is_truncated is gymnax.environments.environment.Environment.is_truncated
+        from gymnax.environments.environment import Environment
+
+        standard = type(self.env).is_truncated is Environment.is_truncated
         if not standard or not isinstance(limit, int) or limit < 1:
             return num_steps * self.num_envs
         return self.num_envs * min(num_steps, -(-num_steps // limit))
@@ -186,6 +198,8 @@ def observation_normalizer(env_state):
 
 
 def spec_of(env_id: str, env, params) -> EnvSpec:
+    from gymnax.environments import spaces
+
     action_space = env.action_space(params)
     obs_shape = tuple(env.observation_space(params).shape)
     if isinstance(action_space, spaces.Discrete):
@@ -200,12 +214,13 @@ def spec_of(env_id: str, env, params) -> EnvSpec:
 
 def check_env_id(env_id: str) -> None:
     """Raises a ValueError naming close matches when `env_id` is not a registered gymnax environment."""
-    if env_id in gymnax.registered_envs:
+    registered = _gymnax().registered_envs
+    if env_id in registered:
         return
-    close = difflib.get_close_matches(env_id, gymnax.registered_envs, n=3, cutoff=0.4)
+    close = difflib.get_close_matches(env_id, registered, n=3, cutoff=0.4)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     raise ValueError(
-        f"env={env_id!r} is not a registered gymnax environment.{hint} Known ids: {', '.join(gymnax.registered_envs)}."
+        f"env={env_id!r} is not a registered gymnax environment.{hint} Known ids: {', '.join(registered)}."
     )
 
 
@@ -220,6 +235,7 @@ def make(
     check_env_id(env_id)
     if num_envs < 1:
         raise ValueError(f"num_envs={num_envs}: need at least one environment.")
+    gymnax = _gymnax()
     probe, params = gymnax.make(env_id)
     param_fields = set(params.__dataclass_fields__)
     overrides = {k: v for k, v in env_params.items() if k in param_fields}

@@ -18,7 +18,8 @@ def evaluate(
     Every episode runs in its own env until it ends (terminated or truncated); its first completion is
     recorded and later steps (after gymnax's auto-reset) are ignored. `max_steps` defaults to the env's time
     limit. `normalize(obs)` is applied to observations when the policy was trained on normalised ones.
-    Returns per-episode `returns` and `lengths` [E] and their means.
+    Returns per-episode `returns` and `lengths` [E], their means over the finished episodes (`mean_return`
+    is 0 and `mean_length` NaN when none finished) and the number `finished`.
     """
     env = envs.make(env_id, num_episodes)
     limit = max_steps or int(getattr(env.params, "max_steps_in_episode", 1000))
@@ -38,9 +39,11 @@ def evaluate(
     zeros = jnp.zeros(num_episodes, jnp.float32)
     carry = (obs, state, zeros, zeros.astype(jnp.int32), jnp.zeros(num_episodes, bool))
     (_, _, returns, lengths, finished), _ = jax.lax.scan(step, carry, jax.random.split(run_key, (limit, 2)))
+    count = finished.sum()
     return {
         "returns": jnp.where(finished, returns, jnp.nan),
         "lengths": lengths,
-        "mean_return": jnp.where(finished, returns, 0.0).sum() / jnp.maximum(finished.sum(), 1),
-        "finished": finished.sum(),
+        "mean_return": jnp.where(finished, returns, 0.0).sum() / jnp.maximum(count, 1),
+        "mean_length": jnp.where(count > 0, jnp.where(finished, lengths, 0).sum() / jnp.maximum(count, 1), jnp.nan),
+        "finished": count,
     }

@@ -2,7 +2,8 @@
 
 Each sink takes `write(metrics, first_iteration, steps_per_iteration)` with metrics {name: [seeds, size]}
 and `close()`. `CsvSink` writes one row per (seed, iteration); `TensorBoardSink` writes event files
-(tensorboardX) with the mean over seeds under `NAME` and each seed under `seed_S/NAME`.
+(tensorboardX) with the mean over seeds under `NAME` and each seed under `seed_S/NAME`; `WandbSink` logs the
+same to a Weights & Biases run (optional: wandb is imported only when the sink is made).
 """
 
 from __future__ import annotations
@@ -65,3 +66,39 @@ class TensorBoardSink:
 
     def close(self):
         self.writer.close()
+
+
+class WandbSink:
+    """A Weights & Biases run: per iteration the mean over seeds of every metric (`NAME`, NaN-free seeds
+    only) and, with several seeds, each seed (`seed_S/NAME`), at step = env steps.
+
+    wandb is imported here, not with jaxrl (`pip install 'jaxrl[wandb]'`). `WANDB_MODE=offline` writes the run
+    under `directory` (default `./wandb`) without network; `wandb sync` uploads it later.
+    """
+
+    def __init__(self, project: str, name: str | None = None, config: dict | None = None, directory=None, **init):
+        try:
+            import wandb
+        except ImportError as error:
+            raise ImportError("the wandb sink needs the wandb package: pip install 'jaxrl[wandb]'") from error
+        directory = None if directory is None else str(directory)
+        self.run = wandb.init(project=project, name=name, config=config, dir=directory, **init)
+
+    def write(self, metrics: dict[str, np.ndarray], first_iteration: int, steps_per_iteration: int, wall_s=None):
+        names = sorted(metrics)
+        seeds, size = metrics[names[0]].shape
+        for i in range(size):
+            env_steps = (first_iteration + i + 1) * steps_per_iteration
+            data = {"iteration": first_iteration + i}
+            if wall_s is not None and np.isfinite(wall_s[i]):
+                data["wall_s"] = float(wall_s[i])
+            for name in names:
+                values = metrics[name][:, i].astype(np.float64)
+                if np.isfinite(values).any():
+                    data[name] = float(np.nanmean(values))
+                if seeds > 1:
+                    data.update({f"seed_{s}/{name}": float(values[s]) for s in range(seeds) if np.isfinite(values[s])})
+            self.run.log(data, step=env_steps, commit=True)
+
+    def close(self):
+        self.run.finish()

@@ -16,6 +16,13 @@ padded up to a multiple of the device count with copies of the first pair, and `
 over it under `jax.jit`, the batch axis sharded over a 1-D mesh ("batch") of the devices. The runs never talk
 to each other, so sharding changes no result; the padding is dropped afterwards.
 
+Several processes (hosts, or processes on one machine) run one sweep together: each calls
+`sweep.initialize_distributed(coordinator, num_processes, process_id)` first (before any JAX operation), then
+the same `sweep.run`. The mesh spans `jax.devices()` of all processes, each process computes the rows of the
+(config x seed) batch on its own devices (the runs never communicate), and the metrics are gathered so that
+every process returns the whole Results, equal to a single-process run. `jaxrl sweep ... --coordinator
+HOST:PORT --num-processes N --process-id I` (or `python -m jaxrl.cli sweep ...`) does this from the command line.
+
 Seeds: seed j of every config uses the key `jax.random.split(jax.random.key(seed), seeds)[j]`, the key
 `jaxrl train --seeds S --seed seed` gives its seed j. The same key for every config means common random
 numbers: configs are compared on the same environment resets and action-sampling noise streams. (With JAX's
@@ -51,6 +58,7 @@ __all__ = [
     "batch_inputs",
     "from_points",
     "grid",
+    "initialize_distributed",
     "random",
     "run",
     "unbatch",
@@ -254,8 +262,8 @@ def use_cpu_cores(n: int | None = None, *, reset: bool = False) -> int:
         if not reset:
             raise RuntimeError(
                 f"use_cpu_cores({n}): JAX's backend is already initialised, with {have} CPU device(s), and the "
-                f"device count can only be set before the first JAX operation (importing gymnax creates arrays, so "
-                f"importing jaxrl.envs does it). Start Python with XLA_FLAGS={_DEVICE_COUNT_FLAG}={n}, or call "
+                f"device count can only be set before the first JAX operation (building an environment imports "
+                f"gymnax, which creates arrays). Start Python with XLA_FLAGS={_DEVICE_COUNT_FLAG}={n}, or call "
                 f"use_cpu_cores({n}, reset=True) before creating arrays you keep."
             )
         from jax.extend.backend import clear_backends
@@ -265,6 +273,36 @@ def use_cpu_cores(n: int | None = None, *, reset: bool = False) -> int:
     os.environ["XLA_FLAGS"] = " ".join([*flags, f"{_DEVICE_COUNT_FLAG}={n}"])
     jax.config.update("jax_num_cpu_devices", n)
     return n
+
+
+def initialize_distributed(
+    coordinator: str, num_processes: int, process_id: int, cpu_cores: int | None = None, timeout_s: int = 300
+) -> None:
+    """Joins this process to a multi-process JAX run (`jax.distributed.initialize`), so that `jax.devices()`
+    lists the devices of every process and `run` shards one sweep over all of them.
+
+    Call it first, before any JAX operation, in each of the `num_processes` processes with the same
+    `coordinator` ("HOST:PORT" of process 0, which listens there) and its own `process_id` (0 .. N-1).
+    `cpu_cores`: XLA CPU devices of this process (`use_cpu_cores`). On CPU the processes exchange the gathered
+    results over gloo (`jax_cpu_collectives_implementation`, the default since jax 0.5; set here if off).
+    """
+    if not 0 <= process_id < num_processes:
+        raise ValueError(f"process_id={process_id}: need 0 <= process_id < num_processes={num_processes}.")
+    if backend_initialized():
+        raise RuntimeError(
+            "initialize_distributed: JAX's backend is already initialised in this process; call it before any "
+            "JAX operation (before building an environment or creating an array)."
+        )
+    if cpu_cores is not None:
+        use_cpu_cores(cpu_cores)
+    if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=timeout_s,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -286,6 +324,7 @@ class Results:
     compile_s: float
     run_s: float
     num_devices: int  # devices the batch was sharded over
+    num_processes: int = 1  # processes those devices belonged to
     state: Any = None
     config: Any = None  # the base config
 
@@ -368,9 +407,14 @@ def unbatch(tree, num_configs: int, num_seeds: int):
     return jax.tree.map(lambda x: x[:size].reshape((num_configs, num_seeds) + x.shape[1:]), tree)
 
 
-def _program(algo: ModuleType, mesh: Mesh, method: str):
+def _program(algo: ModuleType, mesh: Mesh, method: str, impl):
+    """The compiled sweep takes the keys as raw key data (uint32), wrapped back into typed keys of `impl`
+    inside, so that every input is a plain array that each process can build its own shards of."""
     sharding = NamedSharding(mesh, P(AXIS))
-    batched = jax.vmap(algo.train)
+
+    def batched(configs, key_data):
+        return jax.vmap(algo.train)(configs, jax.random.wrap_key_data(key_data, impl=impl))
+
     if method == "jit":
         return jax.jit(batched, in_shardings=(sharding, sharding), out_shardings=sharding), sharding
     if method == "shard_map":
@@ -400,11 +444,32 @@ def _compile(sweep, seeds, seed, algo, devices, method):
     mesh = Mesh(np.array(devices), (AXIS,))
     keys = jax.random.split(jax.random.key(seed), seeds)
     configs_b, keys_b, _ = batch_inputs(sweep.configs, keys, len(sweep), seeds, len(devices))
-    program, sharding = _program(algo, mesh, method)
-    args = jax.device_put((configs_b, keys_b), sharding)
+    program, sharding = _program(algo, mesh, method, jax.random.key_impl(keys))
+    # every process computed the same full inputs; each places only the shards of its own devices
+    args = jax.tree.map(lambda x: _place(np.asarray(x), sharding), (configs_b, jax.random.key_data(keys_b)))
     start = time.perf_counter()
     compiled = program.lower(*args).compile()
     return compiled, args, sweep, algo, devices, time.perf_counter() - start
+
+
+def _place(x: np.ndarray, sharding: NamedSharding) -> jax.Array:
+    """`x` (the same on every process) as a global array sharded by `sharding` over its batch axis."""
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+def _to_host(tree):
+    """Global arrays as NumPy arrays holding every process's shards (gathered over processes when there are
+    several); typed PRNG keys travel as key data and are re-wrapped on the host."""
+    leaves, treedef = jax.tree.flatten(tree)
+    impls = [jax.random.key_impl(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else None for x in leaves]
+    data = [jax.random.key_data(x) if impl is not None else x for x, impl in zip(leaves, impls, strict=True)]
+    if any(not x.is_fully_addressable for x in data):
+        from jax.experimental import multihost_utils
+
+        data = multihost_utils.process_allgather(data, tiled=True)
+    host = [np.asarray(x) for x in data]
+    out = [x if impl is None else jax.random.wrap_key_data(x, impl=impl) for x, impl in zip(host, impls, strict=True)]
+    return jax.tree.unflatten(treedef, out)
 
 
 def run(
@@ -424,6 +489,11 @@ def run(
     in/out shardings; XLA's SPMD partitioner splits the batch axis) or "shard_map" (each device runs
     `vmap(algo.train)` on its block). Every point is validated (`algo.validate`) before compiling.
     keep_state=False drops the final training states.
+
+    Under `initialize_distributed` (several processes), every process calls `run` with the same arguments;
+    `devices` defaults to the devices of all processes, each process runs its own block of the (config x seed)
+    rows, and every process gets the whole Results (metrics, and with keep_state the final states as NumPy
+    arrays, gathered from all processes).
     """
     compiled, args, sweep, algo, devices, compile_s = _compile(sweep, seeds, seed, algo, devices, method)
     start = time.perf_counter()
@@ -431,7 +501,11 @@ def run(
     run_s = time.perf_counter() - start
 
     num_configs = len(sweep)
-    used = len(jax.tree.leaves(metrics)[0].sharding.device_set)  # the devices the program really ran on
+    sharding = jax.tree.leaves(metrics)[0].sharding
+    used = len(sharding.device_set)  # the devices the program really ran on
+    processes = len({d.process_index for d in sharding.device_set})
+    if processes > 1:
+        state, metrics = _to_host((state if keep_state else None, dict(metrics)))
     metrics = {k: np.asarray(v) for k, v in unbatch(dict(metrics), num_configs, seeds).items()}
     state = unbatch(state, num_configs, seeds) if keep_state else None
     steps_per_iteration = sweep.base.num_envs * sweep.base.num_steps
@@ -446,6 +520,7 @@ def run(
         compile_s=compile_s,
         run_s=run_s,
         num_devices=used,
+        num_processes=processes,
         state=state,
         config=sweep.base,
     )

@@ -4,6 +4,13 @@
 `lax.scan`, and gives exactly the numbers of `jax.vmap(algo.make_train(config))(keys)`: the chunks are the
 same pure iteration applied to the same state, only split across calls. Each finished chunk's metrics are
 appended to `metrics.csv` at once, so an interrupted run keeps every completed iteration.
+
+With `eval_every=K`, every K-th chunk (and the last) ends with a deterministic evaluation of the trained
+policy (`algo.evaluation_policy`) on `eval_episodes` fresh episodes, inside the same compiled program. Its keys
+come from their own stream, `eval_keys(seed, seeds)` folded with the iteration count, never from the training
+keys, so evaluating changes no training number. The results are the metrics `eval_return` and `eval_length`
+(means over the episodes that ended within the env's time limit) and `eval_finished` (the fraction that did):
+NaN except at the last iteration of an evaluated chunk.
 """
 
 from __future__ import annotations
@@ -18,11 +25,16 @@ from types import ModuleType
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
 from jaxrl import checkpoint, logging
 from jaxrl.configs import to_dict
+from jaxrl.evaluate import evaluate
+
+EVAL_STREAM = 0x6576616C  # "eval": folded into the base key for the evaluation key stream
+EVAL_METRICS = ("eval_return", "eval_length", "eval_finished")
 
 
 @dataclasses.dataclass
@@ -70,6 +82,42 @@ def chunk_sizes(num_iterations: int, num_chunks: int) -> list[int]:
     size = -(-num_iterations // num_chunks)
     full, last = divmod(num_iterations, size)
     return [size] * full + ([last] if last else [])
+
+
+def eval_keys(seed: int, seeds: int) -> jax.Array:
+    """[seeds] keys of the evaluation stream: `split(fold_in(key(seed), EVAL_STREAM), seeds)`, disjoint from
+    the training keys `split(key(seed), seeds)`. Evaluation after iteration i uses `fold_in(key, i)`."""
+    return jax.random.split(jax.random.fold_in(jax.random.key(seed), EVAL_STREAM), seeds)
+
+
+def make_chunk(algo: ModuleType, config, length: int, eval_episodes: int = 0):
+    """The per-seed chunk program: `length` iterations of `algo.update` in a `lax.scan`.
+
+    Without evaluation: `chunk(state) -> (state, metrics)`. With `eval_episodes > 0`:
+    `chunk(state, eval_key, iteration) -> (state, metrics, {eval_return, eval_length, eval_finished})`, the chunk
+    followed by a deterministic evaluation of the new state on `eval_episodes` episodes keyed by
+    `fold_in(eval_key, iteration)`; `eval_return` is NaN when no episode ended within the env's time limit.
+    """
+
+    def chunk(state):
+        return jax.lax.scan(lambda s, _: algo.update(config, s), state, None, length=length)
+
+    if not eval_episodes:
+        return chunk
+
+    def chunk_and_evaluate(state, eval_key, iteration):
+        state, metrics = chunk(state)
+        act, normalize = algo.evaluation_policy(config, state, deterministic=True)
+        out = evaluate(config.env, act, jax.random.fold_in(eval_key, iteration), eval_episodes, normalize=normalize)
+        finished = out["finished"] > 0
+        scores = {
+            "eval_return": jnp.where(finished, out["mean_return"], jnp.nan),
+            "eval_length": out["mean_length"],
+            "eval_finished": out["finished"] / eval_episodes,
+        }
+        return state, metrics, scores
+
+    return chunk_and_evaluate
 
 
 def make_run_dir(root: str | Path, algo_name: str, config) -> Path:
@@ -120,6 +168,9 @@ def run(
     checkpoint_every: int = 5,
     resume: bool = False,
     tensorboard: bool = False,
+    eval_every: int = 0,
+    eval_episodes: int = 16,
+    sinks: list | None = None,
 ) -> RunResult:
     """Trains `seeds` seeds of `algo` (a module with Config/validate/init/update) under one `jax.vmap`.
 
@@ -127,26 +178,35 @@ def run(
     Ctrl-C (raised again as `Interrupted` once saved); `resume=True` continues from the run folder's latest
     checkpoint and gives the same results as an uninterrupted run. Non-finite losses or parameters stop the
     run at the chunk boundary with `Divergence`, before the bad state is saved. Metrics go to
-    `run_dir/metrics.csv` and, with `tensorboard`, to TensorBoard event files in `run_dir/tensorboard`.
+    `run_dir/metrics.csv` and, with `tensorboard`, to TensorBoard event files in `run_dir/tensorboard`;
+    `sinks`: more sinks (e.g. `logging.WandbSink`), closed at the end.
+
+    `eval_every=K > 0` evaluates the policy deterministically on `eval_episodes` fresh episodes per seed after
+    every K-th chunk and after the last one, inside the compiled chunk (see the module docstring).
     """
     algo.validate(config)
     if seeds < 1:
         raise ValueError(f"seeds={seeds}: need at least one seed.")
+    if not isinstance(eval_every, int) or eval_every < 0:
+        raise ValueError(f"eval_every={eval_every!r}: a number of chunks, >= 0 (0: no evaluation).")
+    if eval_every and (not isinstance(eval_episodes, int) or eval_episodes < 1):
+        raise ValueError(f"eval_episodes={eval_episodes!r}: need at least one episode per evaluation.")
+    if eval_every and not hasattr(algo, "evaluation_policy"):
+        raise ValueError(f"eval_every: {getattr(algo, '__name__', algo)} has no evaluation_policy to evaluate.")
     if resume and run_dir is None:
         raise ValueError("resume=True needs the run_dir to resume from.")
     keys = jax.random.split(jax.random.key(seed), seeds)
     steps_per_iteration = config.num_envs * config.num_steps
     algo_name = getattr(algo, "__name__", "algo").rsplit(".", 1)[-1]
     info = {"algo": algo_name, "seeds": seeds, "seed": seed, "config": to_dict(config)}
+    if eval_every:  # changes the metrics a checkpoint holds, so a resume must use the same setting
+        info["eval"] = {"every": eval_every, "episodes": eval_episodes}
     checkpoints = None
     if run_dir is not None:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         checkpoints = run_dir / "checkpoints"
         (run_dir / "config.json").write_text(json.dumps(info, indent=2))
-
-    def chunk(state, length):
-        return jax.lax.scan(lambda s, _: algo.update(config, s), state, None, length=length)
 
     start = time.perf_counter()
     init = jax.jit(jax.vmap(lambda k: algo.init(config, k)))
@@ -156,22 +216,37 @@ def run(
         done, state, restored = checkpoint.restore(checkpoints, abstract_state, json.loads(json.dumps(info)))
         history = [restored]
     sizes = chunk_sizes(config.num_iterations - done, num_chunks) if done < config.num_iterations else []
-    chunks = {n: jax.jit(jax.vmap(lambda s, n=n: chunk(s, n))) for n in set(sizes)}
+    # which chunks end with an evaluation: every eval_every-th and the last
+    evaluated = [bool(eval_every) and ((i + 1) % eval_every == 0 or i == len(sizes) - 1) for i in range(len(sizes))]
+    keys_eval = eval_keys(seed, seeds)
+    iteration_arg = jax.ShapeDtypeStruct((), np.int32)
+
+    def program(n, with_eval):
+        if with_eval:
+            return jax.jit(jax.vmap(make_chunk(algo, config, n, eval_episodes), in_axes=(0, 0, None)))
+        return jax.jit(jax.vmap(make_chunk(algo, config, n)))
+
+    def lower(n, with_eval):
+        args = (abstract_state, keys_eval, iteration_arg) if with_eval else (abstract_state,)
+        return program(n, with_eval).lower(*args).compile()
+
     # XLA compiles outside the GIL: the init and chunk programs compile side by side on separate cores
-    with ThreadPoolExecutor(max_workers=1 + len(chunks)) as pool:
+    programs = set(zip(sizes, evaluated, strict=True))
+    with ThreadPoolExecutor(max_workers=1 + len(programs)) as pool:
         init_future = None if resume else pool.submit(lambda: init.lower(keys).compile())
-        chunk_futures = {n: pool.submit(lambda f=f: f.lower(abstract_state).compile()) for n, f in chunks.items()}
-        compiled = {n: future.result() for n, future in chunk_futures.items()}
+        chunk_futures = {p: pool.submit(lower, *p) for p in programs}
+        compiled = {p: future.result() for p, future in chunk_futures.items()}
         if init_future is not None:
             state = init_future.result()(keys)
     compile_s = time.perf_counter() - start
 
     wall = [float("nan")] * done  # wall time of iterations run before a resume is unknown
-    sinks = []
+    extra_sinks, sinks = list(sinks or []), []
     if run_dir is not None:
         sinks.append(logging.CsvSink(run_dir / "metrics.csv"))
         if tensorboard:
             sinks.append(logging.TensorBoardSink(run_dir / "tensorboard"))
+    sinks.extend(extra_sinks)
     for sink in sinks if history else []:  # a resume rewrites the logs from the checkpoint's metrics
         sink.write(history[0], 0, steps_per_iteration)
     bar = tqdm(
@@ -195,8 +270,17 @@ def run(
     try:
         for index, size in enumerate(sizes):
             chunk_start = time.perf_counter()
-            new_state, metrics = compiled[size](state)
+            if evaluated[index]:
+                new_state, metrics, scores = compiled[size, True](state, keys_eval, np.int32(done + size))
+            else:
+                (new_state, metrics), scores = compiled[size, False](state), None
             metrics = jax.tree.map(np.asarray, metrics)  # blocks until the chunk is finished
+            if eval_every:  # the same columns in every chunk: NaN where no evaluation ran
+                for name in EVAL_METRICS:
+                    column = np.full((seeds, size), np.nan, np.float32)
+                    if scores is not None:
+                        column[:, -1] = np.asarray(scores[name])
+                    metrics[name] = column
             problem = _first_non_finite(metrics, getattr(new_state, "params", None))
             if problem is not None:
                 raise Divergence(
@@ -217,7 +301,11 @@ def run(
                 sink.write(metrics, done - size, steps_per_iteration, chunk_wall)
             bar.update(size * steps_per_iteration * seeds)
             recent = metrics["episode_return"][:, -1]
-            bar.set_postfix(ret="nan" if np.isnan(recent).all() else f"{np.nanmean(recent):.1f}")
+            postfix = {"ret": "nan" if np.isnan(recent).all() else f"{np.nanmean(recent):.1f}"}
+            if scores is not None:
+                latest = metrics["eval_return"][:, -1]
+                postfix["eval"] = "nan" if np.isnan(latest).all() else f"{np.nanmean(latest):.1f}"
+            bar.set_postfix(postfix)
             if (index + 1) % checkpoint_every == 0 or index == len(sizes) - 1:
                 save()
     except KeyboardInterrupt as error:
@@ -249,6 +337,15 @@ def summary(result: RunResult, target_return: float | None = None) -> dict[str, 
         "run_s": round(result.run_s, 3),
         "steps_per_second": round(result.steps_per_second),
     }
+    if "eval_return" in result.metrics:
+        evals = result.metrics["eval_return"]
+        ran = np.flatnonzero(np.isfinite(result.metrics["eval_finished"]).any(0))
+        if ran.size:
+            last = evals[:, ran[-1]]
+            out["eval_iteration"] = int(ran[-1]) + 1
+            out["eval_return_per_seed"] = [None if np.isnan(x) else round(float(x), 2) for x in last]
+            out["eval_return_mean"] = float(np.nanmean(last)) if np.isfinite(last).any() else None
+            out["eval_return_std"] = float(np.nanstd(last)) if np.isfinite(last).any() else None
     if target_return is not None:
         times = result.time_to_return(target_return)
         out["target_return"] = target_return
@@ -263,6 +360,17 @@ def format_summary(info: dict[str, Any]) -> str:
         if info["final_return_mean"] is not None
         else "final return        no episode completed",
         f"  per seed          {', '.join(f'{r:.1f}' for r in info['final_return_per_seed'])}",
+    ]
+    if "eval_iteration" in info:
+        mean, std = info["eval_return_mean"], info["eval_return_std"]
+        lines += [
+            f"eval return         {mean:.1f} ± {std:.1f}"
+            if mean is not None
+            else "eval return         no episode ended",
+            f"  per seed          {', '.join('nan' if r is None else f'{r:.1f}' for r in info['eval_return_per_seed'])}"
+            f"  (deterministic, after iteration {info['eval_iteration']})",
+        ]
+    lines += [
         f"compile             {info['compile_s']:.2f} s",
         f"run                 {info['run_s']:.2f} s  ({info['steps_per_second']:,} env steps/s, all seeds)",
     ]

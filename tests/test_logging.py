@@ -3,6 +3,7 @@
 import struct
 
 import numpy as np
+import pytest
 from tensorboardX.proto import event_pb2
 
 from jaxrl import cli, logging
@@ -83,3 +84,20 @@ def test_plot_command_writes_a_png(tmp_path):
     out = tmp_path / "curves.png"
     assert cli.main(["plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_wandb_sink_offline(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    sink = logging.WandbSink("jaxrl-test", name="offline", config={"algo": "ppo"}, directory=tmp_path)
+    metrics = fake_metrics()
+    metrics["episode_return"][:, 3] = np.nan  # no episode finished in the last iteration: not logged
+    sink.write(metrics, 0, 64, wall_s=np.arange(4) + 1.0)
+    summary = dict(sink.run.summary)
+    sink.close()
+    assert summary["_step"] == 4 * 64 and summary["iteration"] == 3 and summary["wall_s"] == 4.0
+    assert summary["episode_return"] == pytest.approx(float(metrics["episode_return"][:, 2].mean()), rel=1e-6)
+    assert summary["seed_1/value_loss"] == pytest.approx(float(metrics["value_loss"][1, 3]), rel=1e-6)
+    assert wandb.run is None  # finished
+    assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))  # written locally, no network

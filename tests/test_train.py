@@ -7,11 +7,12 @@ import json
 import jax
 import numpy as np
 import pytest
+from test_logging import read_tensorboard
 
 from conftest import assert_trees_close
 from jaxrl import cli
 from jaxrl import train as runner
-from jaxrl.algos import ppo
+from jaxrl.algos import ALGORITHMS, ppo
 
 CONFIG = ppo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 7, update_epochs=2, num_minibatches=2)
 
@@ -22,8 +23,15 @@ def test_chunk_sizes_cover_the_run():
         assert sum(sizes) == n and len(set(sizes)) <= 2 and all(s > 0 for s in sizes)
 
 
-def test_chunked_run_equals_one_train_call(tmp_path):
-    result = runner.run(ppo, CONFIG, seeds=2, seed=3, num_chunks=3, run_dir=tmp_path, progress=False)
+@pytest.fixture(scope="module")
+def chunked(tmp_path_factory):
+    """2 seeds in 3 chunks (3 + 3 + 1 iterations), with a run folder; shared by the tests below."""
+    run_dir = tmp_path_factory.mktemp("chunked")
+    return runner.run(ppo, CONFIG, seeds=2, seed=3, num_chunks=3, run_dir=run_dir, progress=False), run_dir
+
+
+def test_chunked_run_equals_one_train_call(chunked):
+    result, tmp_path = chunked
     assert len(runner.chunk_sizes(CONFIG.num_iterations, 3)) > 1  # really chunked: 7 iterations as 3+3+1
     keys = jax.random.split(jax.random.key(3), 2)
     state, metrics = jax.jit(jax.vmap(ppo.make_train(CONFIG)))(keys)
@@ -42,15 +50,87 @@ def test_chunked_run_equals_one_train_call(tmp_path):
     assert saved["config"]["num_envs"] == 4 and saved["seeds"] == 2
 
 
+def test_evaluation_in_chunks_is_logged_and_changes_no_training_number(chunked, tmp_path):
+    """eval_every=2 over chunks of 3, 3, 1 iterations: evaluations after iterations 6 (2nd chunk) and 7 (the
+    last), inside the compiled chunks, on their own keys: every training metric and the final state are
+    exactly those of the run without evaluation."""
+    plain, _ = chunked
+    result = runner.run(
+        ppo,
+        CONFIG,
+        seeds=2,
+        seed=3,
+        num_chunks=3,
+        run_dir=tmp_path,
+        progress=False,
+        eval_every=2,
+        eval_episodes=4,
+        tensorboard=True,
+    )
+    for name in plain.metrics:
+        np.testing.assert_array_equal(result.metrics[name], plain.metrics[name], err_msg=name)
+    assert_trees_close(result.state, plain.state, rtol=0, atol=0)
+    evaluated = np.isfinite(result.metrics["eval_finished"])
+    np.testing.assert_array_equal(evaluated.any(0), [False] * 5 + [True, True])
+    assert evaluated[:, 5:].all()
+    returns = result.metrics["eval_return"][:, 5:]
+    assert np.isfinite(returns).all() and (returns >= 1).all()  # CartPole pays 1 per step
+    np.testing.assert_array_equal(result.metrics["eval_finished"][:, 5:], 1.0)  # untrained: ends in < 500 steps
+    # the seeds' evaluations differ (their own policies and keys), and so do successive ones
+    assert not np.array_equal(result.metrics["eval_length"][0, 5:], result.metrics["eval_length"][1, 5:])
+
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert len(rows) == 2 * CONFIG.num_iterations
+    last = [r for r in rows if r["seed"] == "0" and r["iteration"] == "6"][0]
+    assert float(last["eval_return"]) == pytest.approx(float(returns[0, 1]), rel=1e-5)
+    assert all(r["eval_return"] == "nan" for r in rows if r["iteration"] in "01234")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["eval_iteration"] == 7 and summary["eval_return_mean"] == pytest.approx(returns[:, 1].mean())
+    assert "eval return" in runner.format_summary(summary)
+    tensorboard = read_tensorboard(tmp_path / "tensorboard")
+    assert [step for step, _ in tensorboard["eval_return"]] == [6 * 64, 7 * 64]
+    assert json.loads((tmp_path / "config.json").read_text())["eval"] == {"every": 2, "episodes": 4}
+
+
+def test_eval_keys_are_their_own_stream():
+    train_keys = jax.random.key_data(jax.random.split(jax.random.key(3), 4))
+    eval_keys = jax.random.key_data(runner.eval_keys(3, 4))
+    assert not set(map(tuple, np.asarray(train_keys))) & set(map(tuple, np.asarray(eval_keys)))
+    np.testing.assert_array_equal(eval_keys[:2], jax.random.key_data(runner.eval_keys(3, 2)))
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_evaluating_chunk_traces_for_every_algorithm(name):
+    """The chunk + evaluation program stays jittable (traced, not compiled, here) for every algorithm."""
+    module = ALGORITHMS[name]
+    if not hasattr(module, "evaluation_policy"):
+        pytest.skip(f"{name} has no evaluation_policy")
+    config = module.Config(env="CartPole-v1")
+    keys = jax.random.split(jax.random.key(0), 2)
+    state = jax.eval_shape(jax.vmap(lambda k: module.init(config, k)), keys)
+    program = jax.vmap(runner.make_chunk(module, config, 2, eval_episodes=3), in_axes=(0, 0, None))
+    _, metrics, scores = jax.eval_shape(program, state, runner.eval_keys(0, 2), np.int32(2))
+    assert {k: v.shape for k, v in scores.items()} == {k: (2,) for k in runner.EVAL_METRICS}
+    assert all(v.shape[:2] == (2, 2) for v in jax.tree.leaves(metrics))
+
+
+def test_bad_eval_settings_raise():
+    with pytest.raises(ValueError, match="eval_every"):
+        runner.run(ppo, CONFIG, eval_every=-1, progress=False)
+    with pytest.raises(ValueError, match="eval_episodes"):
+        runner.run(ppo, CONFIG, eval_every=1, eval_episodes=0, progress=False)
+
+
 def test_cli_trains_and_writes_a_run_folder(tmp_path, capsys):
     argv = (
         "train ppo --num-envs 4 --num-steps 16 --total-timesteps 4.48e2 --update-epochs 1 --num-minibatches 2"
         " --no-anneal-lr --hidden-sizes 32,32 --seeds 2 --no-progress --target-return 20 --compile-cache none"
+        " --eval-every 2 --eval-episodes 3"
     )
     code = cli.main([*argv.split(), "--run-dir", str(tmp_path / "run")])
     assert code == 0
     out = capsys.readouterr().out
-    assert "final return" in out and "compile" in out
+    assert "final return" in out and "compile" in out and "eval return" in out
     saved = json.loads((tmp_path / "run" / "config.json").read_text())["config"]
     assert saved["total_timesteps"] == 448 and saved["anneal_lr"] is False and saved["hidden_sizes"] == [32, 32]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
