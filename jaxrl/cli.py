@@ -335,6 +335,37 @@ def add_sweep_parser(commands) -> None:
         add_config_flags(sub, module.Config)
 
 
+def _sweep_table(path: str) -> Path | None:
+    """The results.csv that `path` names (the file, or a sweep folder holding one and no metrics.csv)."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".csv":
+        return path
+    if path.is_dir() and (path / "results.csv").exists() and not (path / "metrics.csv").exists():
+        return path / "results.csv"
+    return None
+
+
+def plot_command(args) -> int:
+    from jaxrl.plot import learning_curves, sensitivity
+
+    tables = [t for t in map(_sweep_table, args.run_dirs) if t is not None]
+    if args.sensitivity is not None:
+        tables.insert(0, Path(args.sensitivity))
+    try:
+        if tables:
+            if len(tables) != 1 or len(args.run_dirs) > (0 if args.sensitivity else 1):
+                raise ValueError("plot one sweep table at a time, and not together with run folders.")
+            print(sensitivity(tables[0], args.out or "sensitivity.png", args.metric, args.last))
+        elif args.run_dirs:
+            print(learning_curves(args.run_dirs, args.out or "learning_curves.png", args.metric, args.x))
+        else:
+            raise ValueError("give run folders (learning curves) or --sensitivity RESULTS_CSV.")
+    except (OSError, KeyError, ValueError) as error:
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxrl", description="Reinforcement learning compiled end to end in JAX.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -392,11 +423,26 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("run_dir", help="run folder (with config.json and checkpoints/)")
     evaluate.add_argument("--episodes", type=int, default=100, help="episodes per seed, played in parallel")
     evaluate.add_argument("--seed", type=int, default=12345, help="seed of the evaluation episodes' keys")
-    plot = commands.add_parser("plot", help="learning curves of run folders as a PNG")
-    plot.add_argument("run_dirs", nargs="+", help="run folders (each with metrics.csv)")
-    plot.add_argument("--out", default="learning_curves.png", help="PNG file to write")
-    plot.add_argument("--metric", default="episode_return", help="metrics.csv column on the y axis")
-    plot.add_argument("--x", default="env_steps", choices=["env_steps", "wall_s"], help="x axis")
+    plot = commands.add_parser(
+        "plot", help="learning curves of run folders, or a sweep's final return per hyperparameter, as a PNG"
+    )
+    plot.add_argument(
+        "run_dirs",
+        nargs="*",
+        help="run folders (each with metrics.csv); a sweep's results.csv or folder plots its sensitivity",
+    )
+    plot.add_argument(
+        "--sensitivity",
+        default=None,
+        metavar="RESULTS_CSV",
+        help="final return vs each swept hyperparameter of this sweep table (jaxrl sweep's results.csv)",
+    )
+    plot.add_argument(
+        "--out", default=None, help="PNG file to write (default: learning_curves.png, or sensitivity.png)"
+    )
+    plot.add_argument("--metric", default="episode_return", help="metric column on the y axis")
+    plot.add_argument("--x", default="env_steps", choices=["env_steps", "wall_s"], help="x axis of learning curves")
+    plot.add_argument("--last", type=int, default=5, help="sensitivity: iterations averaged into a final value")
     return parser
 
 
@@ -405,10 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sweep":
         return run_sweep(args)
     if args.command == "plot":
-        from jaxrl.plot import learning_curves
-
-        print(learning_curves(args.run_dirs, args.out, args.metric, args.x))
-        return 0
+        return plot_command(args)
     if args.command == "eval":
         return evaluate_run(Path(args.run_dir), args.episodes, args.seed)
     from jaxrl import checkpoint

@@ -1,4 +1,5 @@
-"""Learning curves from run folders: mean and 95% bootstrap interval over seeds, as PNG."""
+"""Plots as PNG: learning curves of run folders, and the sensitivity of a sweep's final return to each swept
+hyperparameter; both with means and 95% bootstrap intervals over seeds."""
 
 from __future__ import annotations
 
@@ -63,6 +64,101 @@ def learning_curves(
     ax.set_title(f"{metric.replace('_', ' ')}: mean and 95% bootstrap interval over seeds")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def read_sweep(path: str | Path, metric: str = "episode_return", last: int = 5):
+    """(names, points, final) from a sweep's tidy CSV (`jaxrl sweep` results.csv, `Results.to_csv`): the swept
+    fields (the columns between `config` and `seed`), one {field: value} per config, and final [C, S]: each
+    run's NaN-mean of `metric` over its last `last` iterations (NaN where no value in them was finite)."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        columns = reader.fieldnames or []
+        if "config" not in columns or "seed" not in columns or metric not in columns:
+            raise ValueError(f"{path}: not a sweep table with config, seed and {metric} columns.")
+        names = columns[columns.index("config") + 1 : columns.index("seed")]
+        rows = list(reader)
+    configs = 1 + max(int(r["config"]) for r in rows)
+    seeds = 1 + max(int(r["seed"]) for r in rows)
+    iterations = 1 + max(int(r["iteration"]) for r in rows)
+    values = np.full((configs, seeds, iterations), np.nan)
+    points: list[dict[str, float]] = [{} for _ in range(configs)]
+    for r in rows:
+        c = int(r["config"])
+        values[c, int(r["seed"]), int(r["iteration"])] = float(r[metric])
+        points[c] = {n: float(r[n]) for n in names}
+    tail = values[..., -last:]
+    finite = np.isfinite(tail)
+    final = np.where(finite.any(-1), np.where(finite, tail, 0).sum(-1) / np.maximum(finite.sum(-1), 1), np.nan)
+    return names, points, final
+
+
+def _log_scale(name: str, xs: np.ndarray) -> bool:
+    """A log x axis for learning rates, and for a few grid values spanning more than 1.5 decades (not for
+    random draws of a linear range, whose smallest draw would stretch the axis)."""
+    if not np.all(xs > 0):
+        return False
+    few = len(np.unique(xs)) <= 8
+    return "learning_rate" in name or name.endswith("lr") or (few and xs.max() / xs.min() > 10**1.5)
+
+
+def sensitivity(
+    path: str | Path, out: str | Path, metric: str = "episode_return", last: int = 5, max_lines: int = 6
+) -> Path:
+    """Final `metric` against each swept hyperparameter, one panel per field: mean over seeds with its 95%
+    bootstrap interval. On a grid, one line per combination of the other fields (up to `max_lines`); otherwise
+    (random search) one point per config. Learning rates get a log x axis. Returns `out` (a PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names, points, final = read_sweep(path, metric, last)
+    if not names:
+        raise ValueError(f"{path}: a sweep of one config has no hyperparameter to plot against.")
+    mean, low, high = bootstrap_interval(final.T)
+    seeds = final.shape[1]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.8 * len(names), 4.2), dpi=120, squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        xs = np.array([p[name] for p in points])
+        others = [n for n in names if n != name]
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for c, p in enumerate(points):
+            groups[tuple(p[n] for n in others)].append(c)
+        grid_like = len(groups) <= max_lines and all(len({xs[c] for c in g}) > 1 for g in groups.values())
+        log = _log_scale(name, xs)
+        if grid_like:
+            # lines side by side: each group shifted by a little of the x span so that intervals do not overlap
+            span = np.ptp(np.log10(xs) if log else xs) or 1.0
+            for k, (combo, members) in enumerate(sorted(groups.items())):
+                members = sorted(members, key=lambda c: xs[c])
+                label = ", ".join(f"{n}={v:g}" for n, v in zip(others, combo, strict=True)) or None
+                has = [c for c in members if np.isfinite(mean[c])]
+                shift = (k - (len(groups) - 1) / 2) * 0.012 * span
+                x = xs[has] * 10**shift if log else xs[has] + shift
+                errors = [mean[has] - low[has], high[has] - mean[has]]
+                ax.errorbar(x, mean[has], yerr=errors, marker="o", capsize=4, label=label, alpha=0.85)
+            if others:
+                ax.legend(fontsize=8)
+        else:
+            has = np.isfinite(mean)
+            errors = [mean[has] - low[has], high[has] - mean[has]]
+            ax.errorbar(xs[has], mean[has], yerr=errors, fmt="o", capsize=3, alpha=0.8)
+        if log:
+            ax.set_xscale("log")
+        ax.set_xlabel(name)
+        ax.set_ylabel(f"final {metric.replace('_', ' ')}")
+        ax.grid(alpha=0.3)
+    fig.suptitle(
+        f"final {metric.replace('_', ' ')} (mean of the last {last} iterations): mean and 95% bootstrap "
+        f"interval over {seeds} seeds",
+        fontsize=10,
+    )
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
