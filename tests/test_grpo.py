@@ -113,7 +113,7 @@ def tiny_runs():
 
 
 def test_metrics_are_per_iteration(tiny_runs):
-    (state, metrics), _ = tiny_runs[0][0], None
+    state, metrics = tiny_runs[0][0]
     for name in ("episode_return", "valid_fraction", "policy_loss", "entropy", "approx_kl", "clip_fraction"):
         assert metrics[name].shape == (TINY.num_iterations,), name
         assert np.all(np.isfinite(metrics[name])), name

@@ -23,6 +23,11 @@ log-probabilities and group-relative advantages, which depend on the rewards onl
 the buffer, with r times as many minibatches. The surrogate is anchored at the policy at the start of the update
 (pi_prox) and weighted by the truncated importance ratio min(rho_bar, pi_prox / mu) of the stored behaviour
 log-probabilities mu (Hilton et al. 2022's decoupled objective). With r = 0 it is on-policy GRPO exactly.
+
+Off-policy (scheme 2): with `behaviour_lag` = K > 0 the groups are collected by the learner's parameters of K
+iterations ago (`jaxrl.lag`, IMPALA's actor-learner split inside one program) and corrected by the same
+truncated importance weights. The V-trace-corrected actor-critic with a learned value baseline that shares
+this lag is `jaxrl.algos.impala`.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, estimators, losses, replay
+from jaxrl import envs, estimators, lag, losses, replay
 from jaxrl.configs import check, check_common, check_range, hyper, static
 from jaxrl.minibatch import minibatch_epochs
 from jaxrl.networks import ActorCritic
@@ -58,7 +63,7 @@ KL_REFERENCES = ("none", "initial", "moving")
 @struct.dataclass
 class Config:
     env: str = static("CartPole-v1", "gymnax environment id")
-    num_groups: int = static(8, "groups M per iteration")
+    num_groups: int = static(4, "groups M per iteration")
     group_size: int = static(8, "members G per group (rollouts sharing a start)")
     group_mode: str = static("start", "start: groups start from fresh resets; branch: from states along rollouts")
     horizon: int = static(0, "steps each member runs; 0 = the env's time limit (whole episodes)")
@@ -68,13 +73,14 @@ class Config:
     num_minibatches: int = static(8, "minibatches per pass over the fresh data; must divide M * G * horizon")
     replay_ratio: int = static(0, "replayed group batches per fresh one (0: on-policy GRPO)")
     replay_capacity: int = static(8, "iterations of groups the replay buffer holds")
+    behaviour_lag: int = static(0, "iterations the acting parameters lag the learner's (0: act with the learner's)")
     kl_reference: str = static("none", "KL penalty reference: none, initial (policy) or moving")
     ref_update_interval: int = static(10, "iterations between moves of a moving reference")
     hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the policy MLP")
     activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
     policy: str = static("auto", "action head: auto (from the action space), categorical or gaussian")
     anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
-    learning_rate: float = hyper(3e-3, "Adam learning rate")
+    learning_rate: float = hyper(1e-2, "Adam learning rate")
     clip_eps: float = hyper(0.2, "surrogate clipping epsilon")
     ent_coef: float = hyper(0.0, "entropy bonus coefficient")
     kl_coef: float = hyper(0.04, "coefficient of the k3 KL penalty (used unless kl_reference is none)")
@@ -109,6 +115,7 @@ class TrainState:
     ref_params: Any  # reference policy of the KL penalty (None without one)
     trunk: EnvCarry | None  # branch mode: the M ordinary rollouts groups branch from, leaves [M, 1, ...]
     buffer: Any  # replay of past iterations' groups (None on-policy)
+    lagged: lag.ParamsLag | None  # the learner's last `behaviour_lag` parameters (None without a lag)
     key: jax.Array
     iteration: jax.Array
 
@@ -127,6 +134,11 @@ def validate(config: Config) -> None:
         isinstance(config.horizon, int) and config.horizon >= 0,
         "horizon",
         f"got {config.horizon!r}; use 0 (the env's time limit) or a positive number of steps.",
+    )
+    check(
+        isinstance(config.behaviour_lag, int) and config.behaviour_lag >= 0,
+        "behaviour_lag",
+        f"got {config.behaviour_lag!r}; must be an integer >= 0.",
     )
     positive = ("num_groups", "group_size", "update_epochs", "num_minibatches", "replay_capacity")
     check_common(config, (*positive, "ref_update_interval"), config.batch_size)
@@ -239,7 +251,8 @@ def init(config: Config, key: jax.Array) -> TrainState:
     buffer = None
     if config.replay_ratio > 0:
         buffer = replay.init(_batch_item(config, env.spec), 1, config.replay_capacity)
-    return TrainState(params, opt_state, ref_params, trunk, buffer, key, jnp.zeros((), jnp.int32))
+    lagged = lag.init(params, config.behaviour_lag)
+    return TrainState(params, opt_state, ref_params, trunk, buffer, lagged, key, jnp.zeros((), jnp.int32))
 
 
 def loss_fn(params, ref_params, network: ActorCritic, config: Config, batch: dict[str, jax.Array]):
@@ -280,9 +293,8 @@ def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Ar
         starts = state.trunk
     members = repeat_members(starts, config.group_size)
     member_keys = jax.random.split(member_key, config.num_envs)
-    final, traj = grouped_rollout(
-        env, behaviour(network, state.params), zero_value, members, member_keys, config.num_steps
-    )
+    act = behaviour(network, lag.behaviour_params(state.lagged, state.params))
+    final, traj = grouped_rollout(env, act, zero_value, members, member_keys, config.num_steps)
     mask = first_episode_mask(traj.done)
     advantages = estimators.group_relative_advantages(
         traj.rewards, mask, config.group_size, config.supervision, config.advantage_eps
@@ -324,6 +336,7 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
         batch = jax.tree.map(
             lambda fresh, old: jnp.concatenate([fresh, *old[0]], axis=1), batch, replayed
         )  # [T, (1 + r) N, ...]
+    if config.replay_ratio > 0 or config.behaviour_lag > 0:  # off-policy data: anchor at the learner's policy
         proximal = policy_of(network, state.params)(batch["obs"]).log_prob(batch["actions"])
         batch["proximal_log_probs"] = jax.lax.stop_gradient(proximal)
     else:
@@ -346,7 +359,8 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
         tau = jnp.where(move, config.ref_tau, 0.0)
         ref_params = optax.incremental_update(params, ref_params, tau)
     metrics = {**metrics, **jax.tree.map(jnp.mean, stats)}
-    state = TrainState(params, opt_state, ref_params, trunk, buffer, key, state.iteration + 1)
+    lagged = lag.push(state.lagged, state.params)
+    state = TrainState(params, opt_state, ref_params, trunk, buffer, lagged, key, state.iteration + 1)
     return state, metrics
 
 
