@@ -57,7 +57,8 @@ def learning_curves(
         mean, low, high = bootstrap_interval(data[metric])
         has = np.isfinite(mean)  # iterations in which some seed finished an episode
         label = f"{Path(run_dir).name} ({data[metric].shape[0]} seeds)"
-        line = ax.plot(xs[has], mean[has], label=label)[0]
+        marker = "o" if has.sum() <= 30 else None  # sparse metrics (eval_return) show their points
+        line = ax.plot(xs[has], mean[has], label=label, marker=marker, markersize=4)[0]
         ax.fill_between(xs[has], low[has], high[has], color=line.get_color(), alpha=0.25, linewidth=0)
     ax.set_xlabel({"env_steps": "environment steps", "wall_s": "wall seconds (compile included)"}.get(x, x))
     ax.set_ylabel(metric.replace("_", " "))
