@@ -34,7 +34,7 @@ from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout
 @struct.dataclass
 class Config:
     env: str = static("CartPole-v1", "gymnax environment id")
-    num_envs: int = static(16, "parallel environments")
+    num_envs: int = static(32, "parallel environments")
     num_steps: int = static(32, "rollout length T per iteration, per environment")
     total_timesteps: int = static(500_000, "environment steps of the whole run")
     behaviour_lag: int = static(2, "iterations the acting parameters lag the learner's (0: on-policy)")
@@ -45,7 +45,7 @@ class Config:
     policy: str = static("auto", "action head: auto (from the action space), categorical or gaussian")
     anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
     normalize_observations: bool = static(False, "normalise observations by running mean and std")
-    learning_rate: float = hyper(2e-3, "Adam learning rate")
+    learning_rate: float = hyper(1e-3, "Adam learning rate")
     gamma: float = hyper(0.99, "discount factor")
     vtrace_lambda: float = hyper(1.0, "lambda of the V-trace traces c = lambda min(c_bar, rho)")
     clip_rho: float = hyper(1.0, "rho-bar: truncation of the importance weight in the V-trace TD errors")
