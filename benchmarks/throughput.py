@@ -8,6 +8,12 @@ For each num_envs, with the same number of env steps S = iterations * num_steps 
   (c)  PPO training: `ppo.make_train` for `iterations` iterations.
 Then (d) PPO at PureJaxRL's default CartPole config, and (e) `jit(vmap)` of (d) over 8 seeds.
 
+The value-based algorithms (DQN, PQN, SARSA) at their default configs (`--value-steps` env steps each), with the
+limits measured for their own shape (num_envs, iterations x num_steps) in the same run:
+  (v0) env-only, random actions;  (v1) env-only, actions of the algorithm's epsilon-greedy Q-network forward pass;
+  (vt) training: `make_train(config)`; its ratios to (v1) (`vs_a`) and to (v0) (`vs_env`).
+`--algos` picks the algorithms (default: all).
+
 Compile seconds: `jax.jit(f).lower(*args).compile()` (tracing included). Run seconds: the best of
 `--repeats` calls of the compiled function. Usage: `python -m benchmarks.throughput [--quick]`.
 """
@@ -15,6 +21,7 @@ Compile seconds: `jax.jit(f).lower(*args).compile()` (tracing included). Run sec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -27,8 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl import rollout as rollout_lib
-from jaxrl.algos import ppo
+from jaxrl.algos import dqn, ppo, pqn, sarsa
 
+VALUE_BASED = {"dqn": dqn, "pqn": pqn, "sarsa": sarsa}
 MAX_STEPS = 3_000_000  # iterations are scaled down so that one measured run has at most this many env steps
 PUREJAXRL = dict(
     num_envs=4,
@@ -199,6 +207,47 @@ def bench_purejaxrl(args, key) -> list[dict]:
     return [d, e]
 
 
+def bench_value(args, name: str, key) -> list[dict]:
+    """(v0) env with random actions, (v1) env + the epsilon-greedy Q-network forward, (vt) training, for the
+    value-based algorithm `name` at its default config, all with the same env steps."""
+    module = VALUE_BASED[name]
+    config = module.Config(env=args.env)
+    if args.value_steps:
+        config = dataclasses.replace(config, total_timesteps=args.value_steps)
+    module.validate(config)
+    steps = config.num_iterations * config.num_envs * config.num_steps
+    env = module.make_env(config)
+    network = module.make_network(config, env.spec)
+    state = module.init(config, key)
+    loop_args = (state.params, state.env, key)
+    length = config.num_iterations * config.num_steps
+    extra = {"algo": name, "iterations": config.num_iterations, "num_steps": config.num_steps}
+
+    random_loop = env_loop(env, lambda params: random_act(env.spec), length)
+    v0 = row(
+        f"v0 env, random actions ({name} shape)",
+        config.num_envs,
+        steps,
+        *measure(random_loop, *loop_args, repeats=args.repeats)[:2],
+        **extra,
+    )
+    policy_loop = env_loop(env, lambda params: dqn.behaviour(network, params, config.epsilon_end), length)
+    v1 = row(
+        f"v1 env + {name} Q forward",
+        config.num_envs,
+        steps,
+        *measure(policy_loop, *loop_args, repeats=args.repeats)[:2],
+        **extra,
+    )
+    compile_s, run_s, (_, metrics) = measure(module.make_train(config), key, repeats=args.repeats)
+    vt = row(f"vt {name.upper()} train", config.num_envs, steps, compile_s, run_s, **extra)
+    vt["final_return"] = final_return(metrics)
+    for r in (v0, v1, vt):
+        r["vs_a"] = r["steps_per_s"] / v1["steps_per_s"]
+        r["vs_env"] = r["steps_per_s"] / v0["steps_per_s"]
+    return [v0, v1, vt]
+
+
 def machine() -> dict:
     processor = platform.processor()
     try:
@@ -215,6 +264,8 @@ def machine() -> dict:
         "python": platform.python_version(),
         "jax": jax.__version__,
         "devices": [str(d) for d in jax.devices()],
+        # other work on the machine slows every row; the ratios within one run suffer less
+        "load_average_1_5_15min": list(os.getloadavg()),
     }
 
 
@@ -229,6 +280,8 @@ def table(rows: list[dict]) -> str:
     ]
     for r in rows:
         note = []
+        if "vs_env" in r and r["vs_env"] != 1.0:
+            note.append(f"{r['vs_env']:.3f}x env-only")
         if "rollout_share" in r:
             note.append(f"rollout {r['rollout_share']:.0%} of train time")
         if "vs_one_seed" in r:
@@ -264,11 +317,25 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results/throughput.json")
     parser.add_argument(
+        "--algos",
+        nargs="+",
+        choices=["ppo", *VALUE_BASED],
+        default=["ppo", *VALUE_BASED],
+        help="algorithms to measure (the JSON holds only these)",
+    )
+    parser.add_argument(
+        "--value-steps",
+        type=int,
+        default=None,
+        help="env steps of each value-based run (default: each Config's total_timesteps; --quick: 32768)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="num_envs 16 256, 10 iterations, min steps 65536, no vmap over seeds"
     )
     args = parser.parse_args(argv)
     if args.quick:
         args.num_envs, args.iterations, args.min_steps = [16, 256], 10, 2**16
+        args.value_steps = args.value_steps or 2**15
 
     start = time.perf_counter()
     jax.block_until_ready(jax.jit(lambda x: x + 1)(jnp.ones(())))  # warm up the backend
@@ -276,7 +343,11 @@ def main(argv=None):
     info, out = machine(), Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
-    sections = [lambda n=n: bench_num_envs(args, n, key) for n in args.num_envs] + [lambda: bench_purejaxrl(args, key)]
+    sections = []
+    if "ppo" in args.algos:
+        sections += [lambda n=n: bench_num_envs(args, n, key) for n in args.num_envs]
+        sections += [lambda: bench_purejaxrl(args, key)]
+    sections += [lambda name=name: bench_value(args, name, key) for name in VALUE_BASED if name in args.algos]
     for section in sections:
         new = section()
         print(table(new).split("\n", 2)[2], flush=True)

@@ -31,7 +31,7 @@ from flax import struct
 
 from jaxrl import losses
 from jaxrl.algos import pqn
-from jaxrl.algos.pqn import TrainState, evaluation_policy, init
+from jaxrl.algos.pqn import TrainState, evaluation_policy, init, make_env, make_network, make_optimizer
 from jaxrl.configs import check, hyper, static
 from jaxrl.networks import epsilon_greedy
 from jaxrl.types import Trajectory
@@ -42,6 +42,9 @@ __all__ = [
     "epsilon_greedy_value",
     "evaluation_policy",
     "init",
+    "make_env",
+    "make_network",
+    "make_optimizer",
     "make_train",
     "on_policy_next_values",
     "train",
