@@ -135,3 +135,32 @@ def epsilon_greedy(q_values: jax.Array, epsilon) -> distrax.Categorical:
     num_actions = q_values.shape[-1]
     greedy = jax.nn.one_hot(jnp.argmax(q_values, axis=-1), num_actions)
     return distrax.Categorical(probs=epsilon / num_actions + (1.0 - epsilon) * greedy)
+
+
+class ActorQCritic(nn.Module):
+    """A categorical actor and an action-value critic Q(o, .) [..., action_dim], separate MLPs.
+
+    `value(obs)` is the policy's expected action value E_{a ~ pi} Q(o, a), the state value a Retrace learner
+    bootstraps from.
+    """
+
+    action_dim: int
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    obs_ndim: int = 1
+
+    def setup(self):
+        self.actor = MLP(self.hidden_sizes, self.action_dim, 0.01, self.activation, self.obs_ndim)
+        self.critic = MLP(self.hidden_sizes, self.action_dim, 1.0, self.activation, self.obs_ndim)
+
+    def __call__(self, obs: jax.Array) -> tuple[distrax.Distribution, jax.Array]:
+        return self.policy(obs), self.q_values(obs)
+
+    def policy(self, obs: jax.Array) -> distrax.Distribution:
+        return distrax.Categorical(logits=self.actor(obs))
+
+    def q_values(self, obs: jax.Array) -> jax.Array:
+        return self.critic(obs)
+
+    def value(self, obs: jax.Array) -> jax.Array:
+        return jnp.sum(jax.nn.softmax(self.actor(obs)) * self.critic(obs), axis=-1)

@@ -37,6 +37,8 @@ def test_lag_acts_with_the_parameters_of_k_iterations_ago():
         (dict(num_minibatches=3), "num_minibatches"),
         (dict(vtrace_lambda=1.5), "vtrace_lambda"),
         (dict(clip_rho=0.0), "clip_rho"),
+        (dict(critic="v"), "critic"),
+        (dict(env="Pendulum-v1", critic="q"), "critic"),
         (dict(env="Pendulum-v1", policy="categorical"), "policy"),
         (dict(env="CartPol-v1"), "CartPole-v1"),
     ],
@@ -75,13 +77,34 @@ def test_without_lag_the_targets_are_lambda_returns():
     state = impala.init(config, jax.random.key(3))
     env = impala.make_env(config)
     network = impala.make_network(config, env.spec)
-    act, value = impala.ppo.behaviour(network, state.params)
+    act, value = impala.behaviour(network, state.params)
     _, traj = impala.rollout(env, act, value, state.env, jax.random.key(4), 32)
     batch = impala.vtrace_batch(config, network, state.params, traj)
     expected = estimators.lambda_returns(traj.rewards, traj.next_values, traj.terminated, traj.truncated, 0.99, 0.9)
     # lambda-returns bootstrap from next_values; V-trace from v_{t+1}: equal because the rollout's critic gave both
     np.testing.assert_allclose(batch["targets"], expected, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(np.exp(batch["log_rho"]), 1.0, atol=1e-5)
+
+
+def test_q_critic_with_lambda_0_targets_expected_sarsa_on_the_learners_policy():
+    config = dataclasses.replace(TINY, critic="q", behaviour_lag=0, vtrace_lambda=0.0)
+    state = impala.init(config, jax.random.key(3))
+    env = impala.make_env(config)
+    network = impala.make_network(config, env.spec)
+    act, value = impala.behaviour(network, state.params)
+    _, traj = impala.rollout(env, act, value, state.env, jax.random.key(4), 32)
+    batch = impala.vtrace_batch(config, network, state.params, traj)
+    # E_pi Q(o_{t+1}, .) computed independently from the two heads, on the next observations inside episodes
+    logits = network.apply(state.params, traj.obs, method=lambda m, o: m.actor(o))
+    q = network.apply(state.params, traj.obs, method="q_values")
+    expected_q = np.sum(np.asarray(jax.nn.softmax(logits)) * np.asarray(q), axis=-1)
+    inside = ~np.asarray(traj.done[:-1])
+    targets = np.asarray(traj.rewards[:-1]) + 0.99 * expected_q[1:]
+    np.testing.assert_allclose(np.asarray(batch["targets"])[:-1][inside], targets[inside], rtol=1e-5, atol=1e-5)
+    terminal = np.asarray(traj.terminated)
+    np.testing.assert_allclose(np.asarray(batch["targets"])[terminal], np.asarray(traj.rewards)[terminal])
+    state, metrics = jax.jit(impala.make_train(config))(jax.random.key(0))
+    assert np.all(np.isfinite(metrics["value_loss"]))
 
 
 def test_grpo_scheme_2_collects_with_the_lagged_policy_and_corrects():

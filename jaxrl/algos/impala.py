@@ -11,6 +11,12 @@ steps of
 
 With `behaviour_lag` = 0 the data is on-policy, the ratios are 1 and v_s are the lambda-returns (A2C with
 TD(lambda) targets).
+
+With `critic="q"` (discrete actions) the critic learns action values instead and `estimators.retrace` gives the
+targets G_t for Q(s_t, a_t) (Munos et al. 2016), bootstrapping from E_pi Q(s', .) of the learner's policy; the
+policy-gradient advantage is min(clip_pg_rho, rho_t) (G_t - E_pi Q(s_t, .)), as in ACER (Wang et al. 2017):
+
+    loss = -sg(A) log pi(a|s) + vf_coef 0.5 (Q(s, a) - G)^2 - ent_coef H(pi(.|s)).
 """
 
 from __future__ import annotations
@@ -23,11 +29,11 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import estimators, lag, losses
+from jaxrl import envs, estimators, lag, losses
 from jaxrl.algos import ppo
 from jaxrl.configs import check, check_common, check_minibatches, check_range, hyper, static
 from jaxrl.minibatch import minibatch_epochs
-from jaxrl.networks import ActorCritic
+from jaxrl.networks import ActorCritic, ActorQCritic
 from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout
 
 
@@ -38,6 +44,7 @@ class Config:
     num_steps: int = static(32, "rollout length T per iteration, per environment")
     total_timesteps: int = static(500_000, "environment steps of the whole run")
     behaviour_lag: int = static(2, "iterations the acting parameters lag the learner's (0: on-policy)")
+    critic: str = static("value", "value: V-trace with a state-value critic; q: Retrace with an action-value one")
     update_epochs: int = static(1, "passes over each rollout")
     num_minibatches: int = static(2, "minibatches per pass; must divide num_envs * num_steps")
     hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the actor and of the critic MLP")
@@ -84,6 +91,13 @@ def validate(config: Config) -> None:
         f"got {config.behaviour_lag!r}; must be an integer >= 0.",
     )
     check(config.policy in ("auto", "categorical", "gaussian"), "policy", f"{config.policy!r} is not known.")
+    check(config.critic in ("value", "q"), "critic", f"{config.critic!r} is not one of value, q.")
+    if config.critic == "q":
+        check(
+            make_env(config).spec.discrete,
+            "critic",
+            f"critic='q' needs discrete actions; {config.env} is continuous: use critic='value'.",
+        )
     if config.policy != "auto":
         wanted = "categorical" if make_env(config).spec.discrete else "gaussian"
         check(config.policy == wanted, "policy", f"{config.env} needs a {wanted} head; use policy='auto'.")
@@ -95,8 +109,32 @@ def validate(config: Config) -> None:
 
 
 make_env = ppo.make_env
-make_network = ppo.make_network
-evaluation_policy = ppo.evaluation_policy
+
+
+def make_network(config: Config, spec: envs.EnvSpec) -> ActorCritic | ActorQCritic:
+    if config.critic == "q":
+        return ActorQCritic(spec.action_dim, config.hidden_sizes, config.activation, len(spec.observation_shape))
+    return ppo.make_network(config, spec)
+
+
+def behaviour(network, params):
+    """`act(obs, key) -> (action, log_prob)` and the critic's state value `value(obs)` at `params`."""
+
+    def act(obs, key):
+        return network.apply(params, obs, method="policy").sample_and_log_prob(seed=key)
+
+    return act, functools.partial(network.apply, params, method="value")
+
+
+def evaluation_policy(config: Config, state: TrainState, deterministic: bool = True):
+    """`act(obs, key) -> action` of the trained policy (the mode when `deterministic`), for `jaxrl.evaluate`."""
+    network = make_network(config, make_env(config).spec)
+
+    def act(obs, key):
+        dist = network.apply(state.params, obs, method="policy")
+        return dist.mode() if deterministic else dist.sample(seed=key)
+
+    return act, envs.observation_normalizer(state.env.state)
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
@@ -114,10 +152,32 @@ def init(config: Config, key: jax.Array) -> TrainState:
     return TrainState(params, opt_state, lagged, carry, key, jnp.zeros((), jnp.int32))
 
 
-def vtrace_batch(config: Config, network: ActorCritic, params, traj) -> dict[str, jax.Array]:
-    """V-trace targets and policy-gradient advantages of a trajectory whose `log_probs` are the behaviour's
-    and whose `values` / `next_values` are the learner's critic at `params`."""
-    log_pi = network.apply(params, traj.obs, method=ActorCritic.policy).log_prob(traj.actions)
+def vtrace_batch(config: Config, network, params, traj) -> dict[str, jax.Array]:
+    """Critic targets and policy-gradient advantages of a trajectory whose `log_probs` are the behaviour's
+    and whose `values` / `next_values` are the learner's state values at `params`: V-trace for a value
+    critic, Retrace for an action-value one."""
+    log_pi = network.apply(params, traj.obs, method="policy").log_prob(traj.actions)
+    log_rho = log_pi - traj.log_probs
+    if config.critic == "q":
+        q_taken = losses.action_value(network.apply(params, traj.obs, method="q_values"), traj.actions)
+        targets = estimators.retrace(
+            q_taken,
+            traj.next_values,
+            traj.rewards,
+            traj.terminated,
+            traj.truncated,
+            log_rho,
+            config.gamma,
+            config.vtrace_lambda,
+        )
+        advantages = jnp.minimum(config.clip_pg_rho, jnp.exp(log_rho)) * (targets - traj.values)
+        return {
+            "obs": traj.obs,
+            "actions": traj.actions,
+            "targets": jax.lax.stop_gradient(targets),
+            "advantages": jax.lax.stop_gradient(advantages),
+            "log_rho": log_rho,
+        }
     targets, advantages = estimators.vtrace(
         traj.values,
         traj.next_values,
@@ -140,9 +200,12 @@ def vtrace_batch(config: Config, network: ActorCritic, params, traj) -> dict[str
     }
 
 
-def loss_fn(params, network: ActorCritic, config: Config, batch: dict[str, jax.Array]):
-    """-A_pg log pi + vf_coef * 0.5 (V - v_s)^2 - ent_coef * entropy, averaged over the minibatch."""
+def loss_fn(params, network, config: Config, batch: dict[str, jax.Array]):
+    """-A_pg log pi + vf_coef * 0.5 (V - v_s)^2 (or (Q(s, a) - G)^2) - ent_coef * entropy, averaged over the
+    minibatch."""
     dist, values = network.apply(params, batch["obs"])
+    if config.critic == "q":
+        values = losses.action_value(values, batch["actions"])
     policy_loss = -(batch["advantages"] * dist.log_prob(batch["actions"])).mean()
     value_loss = losses.value_loss(values, batch["targets"]).mean()
     entropy = dist.entropy().mean()
@@ -161,8 +224,8 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
     env = make_env(config)
     network = make_network(config, env.spec)
     key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
-    act, _ = ppo.behaviour(network, lag.behaviour_params(state.lagged, state.params))
-    _, value = ppo.behaviour(network, state.params)
+    act, _ = behaviour(network, lag.behaviour_params(state.lagged, state.params))
+    _, value = behaviour(network, state.params)
     carry, traj = rollout(env, act, value, state.env, rollout_key, config.num_steps)
     batch = vtrace_batch(config, network, state.params, traj)
     grad_fn = jax.grad(functools.partial(loss_fn, network=network, config=config), has_aux=True)
