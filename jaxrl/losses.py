@@ -171,3 +171,18 @@ def huber(x: jax.Array, delta=1.0) -> jax.Array:
 def l2(x: jax.Array) -> jax.Array:
     """Squared error 0.5 x^2, element-wise."""
     return 0.5 * jnp.square(x)
+
+
+def policy_gradient_loss(log_prob: jax.Array, behaviour_log_prob: jax.Array, advantages: jax.Array) -> jax.Array:
+    """The importance-weighted policy-gradient loss, negated to be minimised:
+
+        rho  = exp(log pi(a|s) - log mu(a|s))
+        loss = -rho * A
+
+    with `advantages` A held constant (`stop_gradient`). Its gradient is -A grad rho = -rho A grad log pi(a|s).
+    On fresh on-policy data (pi = mu, rho = 1) that is the REINFORCE / actor-critic score-function gradient
+    -A grad log pi(a|s) (Williams 1992; Sutton et al. 2000; Mnih et al. 2016), and so is PPO's clipped surrogate's
+    at rho = 1. Its negated mean is TRPO's surrogate objective L(theta) (Schulman et al. 2015, eq. 14).
+    """
+    chex.assert_equal_shape([log_prob, behaviour_log_prob, advantages])
+    return -jnp.exp(log_prob - behaviour_log_prob) * jax.lax.stop_gradient(advantages)
