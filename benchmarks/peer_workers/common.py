@@ -1,0 +1,67 @@
+"""Helpers shared by the peer workers; they import only the standard library, numpy and jax, so a worker can run
+in a peer's own virtual environment (where jaxrl is not installed).
+
+A worker is run as `python <worker>.py '<spec json>'` and prints one JSON object as its last stdout line.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+import traceback
+
+
+def measure(fn, *args, calls: int = 1):
+    """(compile_s, run_s, output): `jax.jit(fn).lower(*args).compile()` time (tracing included) and the best of
+    `calls` calls of the compiled function; as `benchmarks.throughput.measure`."""
+    import jax
+
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - start
+    run_s = float("inf")
+    out = None
+    for _ in range(calls):
+        start = time.perf_counter()
+        out = jax.block_until_ready(compiled(*args))
+        run_s = min(run_s, time.perf_counter() - start)
+    return compile_s, run_s, out
+
+
+def curve_summary(eval_returns, eval_every: int, threshold: float) -> dict:
+    """`eval_returns` [seeds, evals]: the mean evaluation return of each seed at env steps eval_every * (i + 1).
+    Returns the steps at which each seed first reached `threshold` (None where never) and the final returns."""
+    import numpy as np
+
+    returns = np.asarray(eval_returns, dtype=float)
+    steps_to = []
+    for seed_returns in returns:
+        hit = np.flatnonzero(seed_returns >= threshold)
+        steps_to.append(int((hit[0] + 1) * eval_every) if hit.size else None)
+    final = returns[:, -1]
+    return {
+        "eval_steps": [int((i + 1) * eval_every) for i in range(returns.shape[1])],
+        "eval_returns": returns.tolist(),
+        "final_return_per_seed": final.tolist(),
+        "final_return_mean": float(final.mean()),
+        "final_return_min": float(final.min()),
+        "steps_to_threshold": steps_to,
+    }
+
+
+def environment() -> dict:
+    import jax
+
+    return {"python": platform.python_version(), "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]}
+
+
+def main(run) -> None:
+    """Runs `run(spec) -> dict` on the spec JSON in argv[1] and prints the result (or the error) as JSON."""
+    spec = json.loads(sys.argv[1])
+    try:
+        result = {"ok": True, **run(spec)}
+    except Exception as error:  # reported to the orchestrator, which prints it and carries on
+        result = {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+    print(json.dumps(result), flush=True)

@@ -1,0 +1,164 @@
+"""jaxrl side of `benchmarks.peers`: `python benchmarks/peer_workers/jaxrl_worker.py '<spec json>'` prints JSON.
+
+spec: {"algo": "ppo" | "dqn", "config": <library-neutral config, see benchmarks.peers>, "seed": int, "calls": int,
+       "curve": bool, "seeds": int, "eval_every": int, "eval_episodes": int, "threshold": float}
+
+throughput: `jax.jit(make_train(config))` of one seed, compile seconds and the best of `calls` calls.
+curve (when spec["curve"]): `jax.jit(jax.vmap(train_with_eval))` over `seeds` keys, where `train_with_eval`
+is `init` + a `lax.scan` of (eval_every env steps of `update`, then `jaxrl.evaluate` of `eval_episodes` fresh
+episodes with the current policy, actions sampled as rejax's evaluation samples them: PPO from the policy,
+DQN epsilon-greedy at 0.005). The training episodes' returns are reported too (`train_return_*`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import curve_summary, environment, main, measure  # noqa: E402
+
+EVAL_EPSILON = 0.005  # rejax's DQN.make_act
+
+
+def jaxrl_config(algo: str, c: dict) -> dict:
+    """The jaxrl Config fields for the library-neutral config `c` (plain Python, importable anywhere)."""
+    if algo == "ppo":
+        return dict(
+            env=c["env"],
+            num_envs=c["num_envs"],
+            num_steps=c["num_steps"],
+            total_timesteps=c["total_timesteps"],
+            update_epochs=c["epochs"],
+            num_minibatches=c["minibatches"],
+            hidden_sizes=tuple(c["hidden"]),
+            activation=c["activation"],
+            anneal_lr=False,  # rejax has no learning-rate schedule
+            clip_value_loss=True,
+            normalize_advantages=True,
+            learning_rate=c["learning_rate"],
+            gamma=c["gamma"],
+            gae_lambda=c["gae_lambda"],
+            clip_eps=c["clip_eps"],
+            ent_coef=c["ent_coef"],
+            vf_coef=c["vf_coef"],
+            max_grad_norm=c["max_grad_norm"],
+        )
+    if algo == "dqn":
+        return dict(
+            env=c["env"],
+            num_envs=c["num_envs"],
+            num_steps=1,  # rejax's DQN iteration: one step of every env, then its gradient steps
+            total_timesteps=c["total_timesteps"],
+            buffer_size=c["buffer_size"],
+            batch_size=c["batch_size"],
+            updates_per_iteration=c["updates_per_iteration"],
+            learning_starts=c["learning_starts"],
+            target_update_interval=1,
+            tau=c["tau"],
+            double=c["double"],
+            dueling=c["dueling"],
+            n_step=1,
+            prioritized=False,
+            hidden_sizes=tuple(c["hidden"]),
+            activation="silu" if c["activation"] == "swish" else c["activation"],
+            layer_norm=False,
+            td_loss="l2",
+            learning_rate=c["learning_rate"],
+            gamma=c["gamma"],
+            epsilon_start=c["epsilon_start"],
+            epsilon_end=c["epsilon_end"],
+            epsilon_decay_fraction=c["exploration_fraction"],
+            max_grad_norm=c["max_grad_norm"],
+        )
+    raise ValueError(f"algo {algo!r} is not one of ppo, dqn")
+
+
+def train_with_eval(module, config, eval_iterations: int, eval_episodes: int, eval_policy):
+    """`train(key) -> (eval mean returns [evals], training episode returns [iterations])`."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxrl.evaluate import evaluate
+
+    num_evals = config.num_iterations // eval_iterations
+
+    def train(key):
+        init_key, eval_key = jax.random.split(key)
+        state = module.init(config, init_key)
+
+        def chunk(state, key):
+            state, metrics = jax.lax.scan(lambda s, _: module.update(config, s), state, None, length=eval_iterations)
+            act, normalize = eval_policy(state)
+            result = evaluate(config.env, act, key, eval_episodes, normalize=normalize)
+            return state, (result["mean_return"], metrics["episode_return"])
+
+        _, (eval_returns, train_returns) = jax.lax.scan(chunk, state, jax.random.split(eval_key, num_evals))
+        return eval_returns, jnp.reshape(train_returns, (-1,))
+
+    return train
+
+
+def run(spec: dict) -> dict:
+    import jax
+    import numpy as np
+
+    import jaxrl
+    from jaxrl.algos import dqn, ppo
+
+    algo = spec["algo"]
+    module = {"ppo": ppo, "dqn": dqn}[algo]
+    config = module.Config(**jaxrl_config(algo, spec["config"]))
+    train = module.make_train(config)  # validates
+    steps = config.num_iterations * config.num_envs * config.num_steps
+    key = jax.random.key(spec.get("seed", 0))
+    compile_s, run_s, (_, metrics) = measure(train, key, calls=spec.get("calls", 1))
+    train_returns = np.asarray(metrics["episode_return"])[-10:]
+    result = {
+        "library": "jaxrl",
+        "version": getattr(jaxrl, "__version__", "checkout"),
+        "algo": algo,
+        "env_steps": steps,
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "steps_per_s": steps / run_s,
+        "train_return_last10": float(np.nanmean(train_returns)) if np.isfinite(train_returns).any() else None,
+        **environment(),
+    }
+    if not spec.get("curve"):
+        return result
+
+    steps_per_iteration = config.num_envs * config.num_steps
+    eval_every = spec["eval_every"]
+    if eval_every % steps_per_iteration or config.num_iterations * steps_per_iteration % eval_every:
+        raise ValueError(f"eval_every={eval_every} must divide the run into whole iterations and evaluations")
+    if algo == "ppo":
+
+        def eval_policy(state):
+            return ppo.evaluation_policy(config, state, deterministic=False)
+    else:
+        network = dqn.make_network(config, dqn.make_env(config).spec)
+
+        def eval_policy(state):
+            return dqn.q_evaluation_policy(network, state.params, state.env.state, EVAL_EPSILON, False)
+
+    curve_train = train_with_eval(
+        module, config, eval_every // steps_per_iteration, spec.get("eval_episodes", 128), eval_policy
+    )
+    keys = jax.random.split(key, spec["seeds"])
+    compile_s, run_s, (eval_returns, train_returns) = measure(jax.vmap(curve_train), keys)
+    train_returns = np.asarray(train_returns)[:, -10:]
+    result["curve"] = {
+        "seeds": spec["seeds"],
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "steps_per_s": spec["seeds"] * steps / run_s,
+        "train_return_last10_mean": float(np.nanmean(train_returns)),
+        **curve_summary(eval_returns, eval_every, spec["threshold"]),
+    }
+    return result
+
+
+if __name__ == "__main__":
+    main(run)

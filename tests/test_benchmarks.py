@@ -1,0 +1,145 @@
+"""The peers benchmark's workers and the accelerator benchmark's core, at tiny sizes."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import gpu, peers
+from benchmarks.peer_workers import common, jaxrl_worker, rejax_worker
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_PPO = {
+    **peers.PPO,
+    "num_envs": 4,
+    "num_steps": 8,
+    "epochs": 1,
+    "minibatches": 2,
+    "total_timesteps": 64,
+    "hidden": [8],
+}
+TINY_DQN = {
+    **peers.DQN,
+    "num_envs": 4,
+    "total_timesteps": 64,
+    "buffer_size": 64,
+    "learning_starts": 16,
+    "batch_size": 8,
+    "updates_per_iteration": 1,
+    "hidden": [64, 64],
+}
+
+
+def spec(algo, config, curve=False):
+    return {
+        "algo": algo,
+        "config": config,
+        "seed": 0,
+        "calls": 1,
+        "curve": curve,
+        "seeds": 2,
+        "eval_every": 32,
+        "eval_episodes": 4,
+        "threshold": 20.0,
+    }
+
+
+def test_jaxrl_worker_throughput_fields():
+    result = jaxrl_worker.run(spec("ppo", TINY_PPO))
+    assert result["library"] == "jaxrl" and result["algo"] == "ppo"
+    assert result["env_steps"] == 64
+    assert result["compile_s"] > 0 and result["run_s"] > 0
+    assert math.isclose(result["steps_per_s"], 64 / result["run_s"])
+    assert result["devices"] and result["jax"]
+    json.dumps(result)  # what the worker prints
+
+
+def test_curve_summary_steps_to_threshold():
+    summary = common.curve_summary([[10.0, 30.0, 25.0], [5.0, 6.0, 7.0]], eval_every=100, threshold=20.0)
+    assert summary["eval_steps"] == [100, 200, 300]
+    assert summary["steps_to_threshold"] == [200, None]
+    assert summary["final_return_per_seed"] == [25.0, 7.0]
+    assert summary["final_return_mean"] == 16.0 and summary["final_return_min"] == 7.0
+
+
+def test_configs_map_to_both_libraries():
+    for algo, config in (("ppo", peers.PPO), ("dqn", peers.DQN)):
+        ours, theirs = jaxrl_worker.jaxrl_config(algo, config), rejax_worker.rejax_config(algo, config)
+        assert ours["num_envs"] == theirs["num_envs"] == config["num_envs"]
+        assert ours["total_timesteps"] == theirs["total_timesteps"] == config["total_timesteps"]
+        assert ours["learning_rate"] == theirs["learning_rate"]
+        assert algo.upper() in peers.mapping_table(algo, config)
+    # whole iterations and whole evaluation intervals in both libraries
+    assert peers.PPO["total_timesteps"] % peers.EVAL_EVERY["ppo"] == 0
+    assert peers.EVAL_EVERY["ppo"] % (peers.PPO["num_envs"] * peers.PPO["num_steps"]) == 0
+    assert peers.DQN["total_timesteps"] % peers.EVAL_EVERY["dqn"] == 0
+
+
+def test_summarize_ratios():
+    rounds = [
+        {
+            "round": 0,
+            "ppo": {
+                "jaxrl": {"ok": True, "steps_per_s": 200.0, "compile_s": 2.0, "curve": {"steps_to_threshold": [400]}},
+                "rejax": {"ok": True, "steps_per_s": 100.0, "compile_s": 4.0, "curve": {"steps_to_threshold": [400]}},
+            },
+        }
+    ]
+    for lib in ("jaxrl", "rejax"):
+        rounds[0]["ppo"][lib]["curve"].update(
+            final_return_mean=1.0, final_return_min=1.0, final_return_per_seed=[1.0], steps_per_s=1.0, compile_s=1.0
+        )
+    summary = peers.summarize(rounds, "ppo", "rejax")
+    assert summary["median"] == {"throughput": 2.0, "compile": 0.5, "time_to_threshold": 0.5}
+    assert "median" in peers.report([summary], rounds, 475)
+
+
+def test_gpu_bench_tiny():
+    row = gpu.bench(num_envs=4, seeds=2, num_steps=8, iterations=1, repeats=1)
+    assert row["steps"] == 2 * 4 * 8
+    assert row["steps_per_s"] > 0 and row["compile_s"] > 0
+    assert gpu.device_slug("NVIDIA H200") == "nvidia_h200"
+    assert gpu.device_info()["device_kind"]
+
+
+@pytest.mark.slow
+def test_rejax_worker_in_its_venv():
+    python = ROOT / "benchmarks" / ".venv-rejax" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("benchmarks/.venv-rejax is missing; `python -m benchmarks.peers --quick` builds it")
+    for algo, config in (("ppo", TINY_PPO), ("dqn", TINY_DQN)):
+        done = subprocess.run(
+            [
+                str(python),
+                str(ROOT / "benchmarks" / "peer_workers" / "rejax_worker.py"),
+                json.dumps(spec(algo, config)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result["ok"], result.get("traceback")
+        assert result["library"] == "rejax" and result["env_steps"] == 64 and result["steps_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_jaxrl_worker_curve_as_subprocess():
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "peer_workers" / "jaxrl_worker.py"),
+            json.dumps(spec("dqn", TINY_DQN, curve=True)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={"PYTHONPATH": str(ROOT), "PATH": ""},
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ok"], result.get("traceback")
+    assert result["curve"]["eval_steps"] == [32, 64]
+    assert len(result["curve"]["final_return_per_seed"]) == 2
