@@ -1,6 +1,6 @@
 """Algorithms: each module exposes Config, validate, init, update, train and make_train."""
 
-from jaxrl.algos import a2c, dqn, grpo, impala, ppo, pqn, reinforce, sarsa, trpo
+from jaxrl.algos import a2c, ddpg, dqn, grpo, impala, ppo, pqn, reinforce, sac, sarsa, td3, trpo
 
 ALGORITHMS = {
     "ppo": ppo,
@@ -12,6 +12,23 @@ ALGORITHMS = {
     "reinforce": reinforce,
     "a2c": a2c,
     "trpo": trpo,
+    "ddpg": ddpg,
+    "td3": td3,
+    "sac": sac,
 }
 
-__all__ = ["ALGORITHMS", "a2c", "dqn", "grpo", "impala", "ppo", "pqn", "reinforce", "sarsa", "trpo"]
+__all__ = [
+    "ALGORITHMS",
+    "a2c",
+    "ddpg",
+    "dqn",
+    "grpo",
+    "impala",
+    "ppo",
+    "pqn",
+    "reinforce",
+    "sac",
+    "sarsa",
+    "td3",
+    "trpo",
+]
