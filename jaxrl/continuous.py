@@ -225,8 +225,7 @@ def update(
     policy, random = explore(config, networks, state.params), uniform_act(env.spec.action_dim)
 
     def act(obs, key):
-        chosen = jax.tree.map(functools.partial(jnp.where, warmup), random(obs, key), policy(obs, key))
-        return chosen
+        return select(warmup, random(obs, key), policy(obs, key))
 
     no_critic = functools.partial(zero_value, obs_ndim=len(env.spec.observation_shape))
     carry, traj = rollout(env, act, no_critic, state.env, rollout_key, config.num_steps, keep_next_obs=True)

@@ -295,21 +295,14 @@ def test_actions_are_scaled_to_the_env_bounds():
             np.testing.assert_allclose(jax.jit(act)(obs, jax.random.key(2)), 2.0 * u, rtol=1e-6, atol=1e-6)
 
 
-LEARN = {
-    # algorithm: (config overrides, threshold); 20k env steps per seed, 1 gradient step per env step
-    "ddpg": {},
-    "td3": {},
-    "sac": {},
-}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(LEARN))
+@pytest.mark.parametrize("name", list(ALGOS))
 def test_learns_pendulum(name):
-    """Defaults (Pendulum-v1, 4 envs x 4 steps per iteration, 16 gradient steps per iteration, 20k env steps,
-    1k random warm-up steps, 64x64 networks): the mean over 3 vmapped seeds of each seed's mean return of the
-    episodes in the last 10% of iterations is >= -250 (random: about -1200; solved: about -150)."""
-    config = ALGOS[name].Config(**LEARN[name])
+    """Defaults (Pendulum-v1; 4 envs x 4 steps and 16 gradient steps of batch 128 per iteration, i.e. one gradient
+    step per env step; 20k env steps per seed after 1k uniformly random ones; 64x64 networks): the mean over 3
+    vmapped seeds of each seed's mean return of the episodes in the last 10% of iterations is >= -250 (random
+    play: about -1200; measured, benchmarks/results/spectrum_continuous.json: -142 DDPG, -146 TD3, -140 SAC)."""
+    config = ALGOS[name].Config()
     _, metrics = jax.jit(jax.vmap(ALGOS[name].make_train(config)))(jax.random.split(jax.random.key(0), 3))
     returns = np.asarray(metrics["episode_return"])
     final = np.nanmean(returns[:, -returns.shape[1] // 10 :], axis=1)
