@@ -123,8 +123,9 @@ def plot(rows: list[dict], out: Path) -> None:
         for r in (r for r in rows if r["env"] == env):
             xs = np.asarray(r["env_steps"])
             mean, low, high = bootstrap_interval(np.asarray(r["returns"], float))
-            line = ax.plot(xs, mean, label=r["variant"], linewidth=1.4)[0]
-            ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+            has = np.isfinite(mean)  # branch mode logs trunk episodes: some iterations complete none
+            line = ax.plot(xs[has], mean[has], label=r["variant"], linewidth=1.2)[0]
+            ax.fill_between(xs[has], low[has], high[has], color=line.get_color(), alpha=0.2, linewidth=0)
         ax.set_title(f"{env} ({rows[0]['seeds']} seeds, mean and 95% CI)")
         ax.set_xlabel("environment steps executed")
         ax.set_ylabel("episode return")
@@ -142,7 +143,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--quick", action="store_true", help="a tenth of the budgets, 2 seeds")
     parser.add_argument("--out", default=str(RESULTS / "grpo_curves"))
+    parser.add_argument("--replot", action="store_true", help="redraw the PNG from the JSON of an earlier run")
     args = parser.parse_args()
+    if args.replot:
+        rows = json.loads(Path(args.out).with_suffix(".json").read_text())["rows"]
+        return plot(rows, Path(args.out).with_suffix(".png"))
     seeds = 2 if args.quick else args.seeds
     rows = []
     print(
