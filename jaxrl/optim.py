@@ -11,18 +11,46 @@ import jax
 import jax.numpy as jnp
 
 
+def tree_vdot(a, b) -> jax.Array:
+    """sum_i <a_i, b_i> over the leaves of two pytrees of the same structure."""
+    return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+
 def conjugate_gradient(matvec: Callable, b, iters: int, tol=1e-10):
     """Solves A x = b for a symmetric positive-definite A given only as `matvec(v) = A v` (Hestenes & Stiefel 1952;
     Nocedal & Wright 2006, Algorithm 5.2), from x0 = 0, for at most `iters` iterations or until the residual
-    ||b - A x|| <= tol ||b||. `b` and x may be any pytree of arrays.
+    ||b - A x|| <= tol ||b||. `b` and x may be any pytree of arrays; `tol` may be traced, `iters` is static.
 
-    This is `jax.scipy.sparse.linalg.cg`: it accepts a function operator, its loop is a `lax.while_loop` (so it
-    compiles once for any stopping point and runs under jit; under vmap the members run until the slowest stops
-    and the stopped ones are frozen by the loop's batching rule, so each gets its own solution), and
-    `lax.custom_linear_solve` makes the solve differentiable. `tol` may be traced; `iters` is static.
+    A `lax.while_loop`, so it compiles once for any stopping point and runs under jit and vmap (batched members
+    run until the slowest stops; the stopped ones are frozen by the loop's batching rule).
+
+    Why not `jax.scipy.sparse.linalg.cg`: it is the same algorithm and accepts a function operator under jit and
+    vmap, and it matches this one on plain operators (tests/test_trpo.py). But with the operator of
+    `fisher_vector_product` (a `jax.linearize`d gradient) inside its `lax.custom_linear_solve`, TRPO's vmapped
+    training program solved wrongly (relative residuals 1e9 or NaN, the policy never moving) whenever another
+    training program had been compiled earlier in the same process (jax 0.10.2, CPU), and correctly otherwise.
+    The plain loop has no such dependence, needs no differentiable solve, and keeps `jax.linearize`'s cheaper
+    products.
     """
-    x, _ = jax.scipy.sparse.linalg.cg(matvec, b, tol=tol, maxiter=iters)
-    return x
+    rs0 = tree_vdot(b, b)
+    threshold = jnp.square(jnp.asarray(tol, jnp.float32)) * rs0
+
+    def cond(carry):
+        k, _, _, _, rs = carry
+        return (k < iters) & (rs > threshold)
+
+    def body(carry):
+        k, x, r, p, rs = carry
+        ap = matvec(p)
+        alpha = rs / tree_vdot(p, ap)
+        x = jax.tree.map(lambda x, p: x + alpha * p, x, p)
+        r = jax.tree.map(lambda r, ap: r - alpha * ap, r, ap)
+        rs_new = tree_vdot(r, r)
+        p = jax.tree.map(lambda r, p: r + (rs_new / rs) * p, r, p)
+        return k + 1, x, r, p, rs_new
+
+    x0 = jax.tree.map(jnp.zeros_like, b)
+    return jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), x0, b, b, rs0))[1]
 
 
 def fisher_vector_product(kl: Callable, params, damping=0.0) -> Callable:

@@ -55,7 +55,7 @@ class Config:
     env: str = static("CartPole-v1", "gymnax environment id")
     num_envs: int = static(16, "parallel environments")
     num_steps: int = static(128, "rollout length T per iteration, per environment")
-    total_timesteps: int = static(500_000, "environment steps of the whole run")
+    total_timesteps: int = static(150_000, "environment steps of the whole run")
     cg_iters: int = static(10, "conjugate gradient iterations of the natural-gradient solve")
     backtrack_iters: int = static(10, "step sizes the line search tries (backtrack_coef^i, i = 0 ..)")
     vf_epochs: int = static(5, "passes of the value regression over each rollout")
