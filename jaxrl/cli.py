@@ -44,16 +44,26 @@ def add_config_flags(parser: argparse.ArgumentParser, config_cls) -> None:
         default = field.default
         if isinstance(default, bool):
             group.add_argument(
-                flag, dest=field.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+                flag,
+                dest=field.name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
             )
         elif isinstance(default, int):
-            group.add_argument(flag, dest=field.name, type=_number, metavar="N", help=help_text)
+            group.add_argument(
+                flag, dest=field.name, type=_number, metavar="N", default=argparse.SUPPRESS, help=help_text
+            )
         elif isinstance(default, float):
-            group.add_argument(flag, dest=field.name, type=float, metavar="X", help=help_text)
+            group.add_argument(
+                flag, dest=field.name, type=float, metavar="X", default=argparse.SUPPRESS, help=help_text
+            )
         elif isinstance(default, tuple):
-            group.add_argument(flag, dest=field.name, type=_int_tuple, metavar="A,B", help=help_text)
+            group.add_argument(
+                flag, dest=field.name, type=_int_tuple, metavar="A,B", default=argparse.SUPPRESS, help=help_text
+            )
         else:
-            group.add_argument(flag, dest=field.name, type=str, help=help_text)
+            group.add_argument(flag, dest=field.name, type=str, default=argparse.SUPPRESS, help=help_text)
 
 
 def config_from_args(config_cls, args: argparse.Namespace):
