@@ -121,7 +121,8 @@ def test_vmap_over_keys_equals_separate_runs(tiny_runs):
 
 @pytest.mark.slow
 def test_a2c_learns_cartpole():
-    """Measured on 3 seeds (vmapped): see the assertion's thresholds; budget 3e5 steps per seed."""
+    """Defaults (16 envs x 5 steps, RMSprop 7e-4, 3e5 steps), 3 seeds vmapped: mean return over the last 200
+    iterations >= 400 on every seed (measured over the last 187: 467, 497, 495)."""
     config = a2c.Config()  # 16 envs x 5 steps, RMSprop 7e-4, 3e5 steps
     _, metrics = jax.jit(jax.vmap(a2c.make_train(config)))(jax.random.split(jax.random.key(0), 3))
     returns = np.asarray(metrics["episode_return"])

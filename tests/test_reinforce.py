@@ -152,7 +152,8 @@ def test_vmap_over_keys_equals_separate_runs(tiny_runs):
 
 @pytest.mark.slow
 def test_reinforce_learns_cartpole():
-    """Measured on 3 seeds (vmapped): final returns 500, 500, 500 and 1.5e5 steps/s of training."""
+    """Defaults (8 envs x 64 steps, baseline, Adam 3e-3 annealed, 3e5 steps), 3 seeds vmapped: mean return over
+    the last 20 iterations >= 400 on every seed (measured over the last 29: 500, 500, 499)."""
     config = reinforce.Config()  # 8 envs x 64 steps, Adam 3e-3 annealed, 3e5 steps
     _, metrics = jax.jit(jax.vmap(reinforce.make_train(config)))(jax.random.split(jax.random.key(0), 3))
     returns = np.asarray(metrics["episode_return"])
