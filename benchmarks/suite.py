@@ -59,6 +59,9 @@ OVERRIDES = {
         gae_lambda=0.9,
         ent_coef=0.0,
     ),
+    ("trpo", "Pendulum-v1"): dict(  # benchmarks/spectrum_onpolicy.py's Pendulum config
+        num_envs=8, num_steps=256, gamma=0.9, max_kl=0.02, vf_epochs=10, normalize_observations=True
+    ),
 }
 
 
