@@ -37,11 +37,14 @@ jaxrl by global norm; rejax's PPO steps two Adam optimisers (actor, critic), jax
 time-limit truncation as a termination, jaxrl bootstraps it; network initialisations differ (rejax: flax
 defaults; jaxrl: orthogonal).
 
-PyTorch baseline: `benchmarks/.venv-torch` with `torch` and `gymnasium` (the CPU wheel of torch is large; on
-this project's machines it installs from a local wheel in about a minute); if the install fails or is skipped
+PyTorch baseline: `benchmarks/.venv-torch` with `torch`, `gymnasium` and `numpy` from the package index. A plain
+`pip install torch` from PyPI brings the CUDA build and its nvidia-* wheels (about 5.5 GB installed, a few minutes
+from this project's local mirror; the torch wheel alone is 0.55 GB); to keep it small, create the
+venv beforehand with a CPU wheel (`pip install torch --index-url https://download.pytorch.org/whl/cpu`) and the
+script reuses any `.venv-torch` where `import torch, gymnasium` works. If the install fails or is skipped
 (`--no-torch`), the run says so and carries on without it. Its worker is CleanRL's PPO loop at the same PPO
 config over `gymnasium.vector.SyncVectorEnv`, one torch thread, `--torch-steps` env steps (its throughput does
-not depend on the run length), PPO only, no compile, no evaluation curve.
+not depend on the run length), PPO only, no compile, no evaluation curve; its ratio is jaxrl / torch throughput.
 
 Output: a table of ratios, and `benchmarks/results/peers.json` (rewritten after every worker).
 """
@@ -275,8 +278,9 @@ def fmt(value, spec=".2f"):
 def report(summaries: list[dict], rounds: list[dict], threshold: float) -> str:
     lines = [
         "| algo | jaxrl vs | round | throughput x (>1: jaxrl faster) | compile x (<1: jaxrl faster) | "
-        f"time to {threshold:g} x (<1: jaxrl sooner) | jaxrl / peer steps/s | jaxrl / peer compile s |",
-        "|---|---|---|---|---|---|---|---|",
+        f"time to {threshold:g} x (<1: jaxrl sooner) | jaxrl / peer steps/s | jaxrl / peer compile s | "
+        f"jaxrl / peer s to {threshold:g} |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         for p in s["per_round"]:
@@ -285,12 +289,13 @@ def report(summaries: list[dict], rounds: list[dict], threshold: float) -> str:
             lines.append(
                 f"| {s['algo']} | {s['peer']} | {p['round']} | {fmt(p['throughput'])} | {fmt(p['compile'])} | "
                 f"{fmt(p['time_to_threshold'])} | {ours['steps_per_s']:,.0f} / {theirs['steps_per_s']:,.0f} | "
-                f"{ours['compile_s']:.1f} / {theirs['compile_s']:.1f} |"
+                f"{ours['compile_s']:.1f} / {theirs['compile_s']:.1f} | "
+                f"{fmt(p['time_to_threshold_s'][0], '.1f')} / {fmt(p['time_to_threshold_s'][1], '.1f')} |"
             )
         m = s["median"]
         lines.append(
             f"| {s['algo']} | {s['peer']} | **median** | **{fmt(m['throughput'])}** | **{fmt(m['compile'])}** | "
-            f"**{fmt(m['time_to_threshold'])}** | | |"
+            f"**{fmt(m['time_to_threshold'])}** | | | |"
         )
     lines += ["", "| algo | library | seeds | final return mean (min) | seeds >= threshold | median steps to it |"]
     lines.append("|---|---|---|---|---|---|")
@@ -313,7 +318,9 @@ def main(argv=None):
     parser.add_argument("--calls", type=int, default=1, help="timed calls of each compiled train per round (best)")
     parser.add_argument("--algos", nargs="+", choices=["ppo", "dqn"], default=["ppo", "dqn"])
     parser.add_argument("--seeds", type=int, default=8, help="vmapped seeds of the learning curves")
-    parser.add_argument("--threshold", type=float, default=475.0)
+    parser.add_argument(
+        "--threshold", type=float, default=None, help="return for the time-to-threshold (default 475; --quick: 200)"
+    )
     parser.add_argument("--torch-steps", type=int, default=65_536, help="env steps of the PyTorch PPO run")
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
     parser.add_argument("--rebuild-venvs", action="store_true")
@@ -323,14 +330,21 @@ def main(argv=None):
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="2 rounds, 2 seeds, PPO 49,152 and DQN 20,000 env steps, PyTorch 16,384 steps",
+        help="2 rounds, 2 seeds, PPO 49,152 and DQN 20,000 env steps, PyTorch 16,384 steps, threshold 200",
     )
+    parser.add_argument("--report", metavar="JSON", help="print the tables of an earlier run's JSON and exit")
     args = parser.parse_args(argv)
+    if args.report:
+        saved = json.loads(Path(args.report).read_text())
+        print(report(saved["summary"], saved["rounds"], saved["args"]["threshold"]))
+        return
     configs = {"ppo": dict(PPO), "dqn": dict(DQN)}
     if args.quick:
         args.repeats, args.seeds, args.torch_steps = min(args.repeats, 2), min(args.seeds, 2), 16_384
         configs["ppo"]["total_timesteps"] = 6 * EVAL_EVERY["ppo"]
         configs["dqn"]["total_timesteps"] = 20_000
+    if args.threshold is None:
+        args.threshold = 200.0 if args.quick else 475.0
 
     start = time.perf_counter()
     for algo in args.algos:
