@@ -54,6 +54,7 @@ def test_jaxrl_worker_throughput_fields():
     assert result["compile_s"] > 0 and result["run_s"] > 0
     assert math.isclose(result["steps_per_s"], 64 / result["run_s"])
     assert result["devices"] and result["jax"]
+    assert result["train_return_recent"] is None or result["train_return_recent"] > 0
     json.dumps(result)  # what the worker prints
 
 
@@ -63,6 +64,12 @@ def test_curve_summary_steps_to_threshold():
     assert summary["steps_to_threshold"] == [200, None]
     assert summary["final_return_per_seed"] == [25.0, 7.0]
     assert summary["final_return_mean"] == 16.0 and summary["final_return_min"] == 7.0
+
+
+def test_recent_return_skips_iterations_without_episodes():
+    nan = float("nan")
+    assert jaxrl_worker.recent_return([[nan] * 30 + [2.0, nan]]) == 2.0
+    assert jaxrl_worker.recent_return([[1.0] + [nan] * 30]) is None
 
 
 def test_configs_map_to_both_libraries():

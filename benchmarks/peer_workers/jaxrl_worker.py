@@ -7,7 +7,8 @@ throughput: `jax.jit(make_train(config))` of one seed, compile seconds and the b
 curve (when spec["curve"]): `jax.jit(jax.vmap(train_with_eval))` over `seeds` keys, where `train_with_eval`
 is `init` + a `lax.scan` of (eval_every env steps of `update`, then `jaxrl.evaluate` of `eval_episodes` fresh
 episodes with the current policy, actions sampled as rejax's evaluation samples them: PPO from the policy,
-DQN epsilon-greedy at 0.005). The training episodes' returns are reported too (`train_return_*`).
+DQN epsilon-greedy at 0.005). The training episodes' returns are reported too (`train_return_recent*`: the
+episodes that ended in the last 5% of iterations).
 """
 
 from __future__ import annotations
@@ -100,9 +101,18 @@ def train_with_eval(module, config, eval_iterations: int, eval_episodes: int, ev
     return train
 
 
+def recent_return(episode_returns):
+    """Mean return of the training episodes that ended in the last 5% of iterations (at least 10) [..., iterations];
+    None when none ended there (a DQN iteration is one env step, so 10 iterations rarely end an episode)."""
+    import numpy as np
+
+    returns = np.asarray(episode_returns)
+    returns = returns[..., -max(10, returns.shape[-1] // 20) :]
+    return float(np.nanmean(returns)) if np.isfinite(returns).any() else None
+
+
 def run(spec: dict) -> dict:
     import jax
-    import numpy as np
 
     import jaxrl
     from jaxrl.algos import dqn, ppo
@@ -114,7 +124,6 @@ def run(spec: dict) -> dict:
     steps = config.num_iterations * config.num_envs * config.num_steps
     key = jax.random.key(spec.get("seed", 0))
     compile_s, run_s, (_, metrics) = measure(train, key, calls=spec.get("calls", 1))
-    train_returns = np.asarray(metrics["episode_return"])[-10:]
     result = {
         "library": "jaxrl",
         "version": getattr(jaxrl, "__version__", "checkout"),
@@ -123,7 +132,7 @@ def run(spec: dict) -> dict:
         "compile_s": compile_s,
         "run_s": run_s,
         "steps_per_s": steps / run_s,
-        "train_return_last10": float(np.nanmean(train_returns)) if np.isfinite(train_returns).any() else None,
+        "train_return_recent": recent_return(metrics["episode_return"]),
         **environment(),
     }
     if not spec.get("curve"):
@@ -148,13 +157,12 @@ def run(spec: dict) -> dict:
     )
     keys = jax.random.split(key, spec["seeds"])
     compile_s, run_s, (eval_returns, train_returns) = measure(jax.vmap(curve_train), keys)
-    train_returns = np.asarray(train_returns)[:, -10:]
     result["curve"] = {
         "seeds": spec["seeds"],
         "compile_s": compile_s,
         "run_s": run_s,
         "steps_per_s": spec["seeds"] * steps / run_s,
-        "train_return_last10_mean": float(np.nanmean(train_returns)),
+        "train_return_recent_mean": recent_return(train_returns),
         **curve_summary(eval_returns, eval_every, spec["threshold"]),
     }
     return result
