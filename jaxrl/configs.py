@@ -64,6 +64,33 @@ def check_common(config, positive_ints: tuple[str, ...], steps_per_iteration: in
     )
 
 
+def check_replay(config, window: int) -> None:
+    """The checks a replay-based learner shares: `learning_starts` leaves env steps to learn from, and
+    `buffer_size` is a multiple of `num_envs` holding at least `window` steps per env."""
+    check(
+        isinstance(config.learning_starts, int) and config.learning_starts >= 0,
+        "learning_starts",
+        f"got {config.learning_starts!r}, must be an integer >= 0.",
+    )
+    check(
+        config.learning_starts < config.num_iterations * config.steps_per_iteration,
+        "learning_starts",
+        f"{config.learning_starts} leaves no env steps to learn from in total_timesteps={config.total_timesteps}.",
+    )
+    check(
+        config.buffer_size % config.num_envs == 0,
+        "buffer_size",
+        f"{config.buffer_size} is not a multiple of num_envs={config.num_envs}; "
+        f"use e.g. {config.buffer_size // config.num_envs * config.num_envs or config.num_envs}.",
+    )
+    check(
+        config.buffer_size // config.num_envs >= window,
+        "buffer_size",
+        f"{config.buffer_size} holds fewer than {window} steps per env ({config.num_envs} envs; it needs "
+        f"num_steps and any n-step window); make it larger.",
+    )
+
+
 def check_minibatches(config) -> None:
     """The rollout batch num_envs * num_steps must split into `num_minibatches` equal minibatches."""
     batch = config.num_envs * config.num_steps

@@ -31,7 +31,7 @@ import optax
 from flax import struct
 
 from jaxrl import envs, estimators, replay
-from jaxrl.configs import check, check_common, check_range, hyper, static
+from jaxrl.configs import check, check_common, check_range, check_replay, hyper, static
 from jaxrl.continuous_networks import Critics
 from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout, zero_value
 
@@ -120,28 +120,7 @@ def validate(config, name: str) -> None:
     """The checks the three algorithms share; `name` (e.g. "TD3") goes into the discrete-env message."""
     positive = ("num_envs", "num_steps", "buffer_size", "batch_size", "updates_per_iteration", "num_critics")
     check_common(config, positive, config.steps_per_iteration)
-    check(
-        isinstance(config.learning_starts, int) and config.learning_starts >= 0,
-        "learning_starts",
-        f"got {config.learning_starts!r}, must be an integer >= 0.",
-    )
-    check(
-        config.learning_starts < config.num_iterations * config.steps_per_iteration,
-        "learning_starts",
-        f"{config.learning_starts} leaves no env steps to learn from in total_timesteps={config.total_timesteps}.",
-    )
-    check(
-        config.buffer_size % config.num_envs == 0,
-        "buffer_size",
-        f"{config.buffer_size} is not a multiple of num_envs={config.num_envs}; "
-        f"use e.g. {config.buffer_size // config.num_envs * config.num_envs or config.num_envs}.",
-    )
-    check(
-        config.buffer_size // config.num_envs >= config.num_steps,
-        "buffer_size",
-        f"{config.buffer_size} holds fewer than num_steps={config.num_steps} steps per env "
-        f"({config.num_envs} envs); make it larger.",
-    )
+    check_replay(config, config.num_steps)
     check(
         all(isinstance(h, int) and h >= 1 for h in config.hidden_sizes),
         "hidden_sizes",

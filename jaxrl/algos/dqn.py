@@ -25,7 +25,7 @@ import optax
 from flax import struct
 
 from jaxrl import envs, estimators, losses, replay
-from jaxrl.configs import check, check_common, check_range, hyper, static
+from jaxrl.configs import check, check_common, check_range, check_replay, hyper, static
 from jaxrl.networks import QNetwork, epsilon_greedy
 from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout, zero_value
 
@@ -85,28 +85,7 @@ def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
     positive = ("num_envs", "num_steps", "buffer_size", "batch_size", "updates_per_iteration", "target_update_interval")
     check_common(config, (*positive, "n_step"), config.steps_per_iteration)
-    check(
-        isinstance(config.learning_starts, int) and config.learning_starts >= 0,
-        "learning_starts",
-        f"got {config.learning_starts!r}, must be an integer >= 0.",
-    )
-    check(
-        config.learning_starts < config.num_iterations * config.steps_per_iteration,
-        "learning_starts",
-        f"{config.learning_starts} leaves no env steps to learn from in total_timesteps={config.total_timesteps}.",
-    )
-    check(
-        config.buffer_size % config.num_envs == 0,
-        "buffer_size",
-        f"{config.buffer_size} is not a multiple of num_envs={config.num_envs}; "
-        f"use e.g. {config.buffer_size // config.num_envs * config.num_envs or config.num_envs}.",
-    )
-    check(
-        config.buffer_size // config.num_envs >= max(config.num_steps, config.n_step),
-        "buffer_size",
-        f"{config.buffer_size} holds fewer than max(num_steps, n_step) = {max(config.num_steps, config.n_step)} "
-        f"steps per env ({config.num_envs} envs); make it larger.",
-    )
+    check_replay(config, max(config.num_steps, config.n_step))
     check(config.td_loss in ("huber", "l2"), "td_loss", f"{config.td_loss!r} is not one of huber, l2.")
     check(
         make_env(config).spec.discrete,
