@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -156,6 +158,33 @@ def _first_non_finite(metrics: dict[str, np.ndarray], params) -> str | None:
     return None
 
 
+class _DeferredInterrupt:
+    """Turns Ctrl-C during the training loop into a KeyboardInterrupt at the next chunk boundary, so the state,
+    the checkpoint and the logs always hold the same iterations. A second Ctrl-C interrupts at once."""
+
+    def __init__(self):
+        self.requested = False
+        self.previous = None
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+
+    def uninstall(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+            self.previous = None
+
+    def raise_if_requested(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+
 def run(
     algo: ModuleType,
     config,
@@ -267,7 +296,9 @@ def run(
             saved[0] = done
 
     run_start = time.perf_counter()
+    stop = _DeferredInterrupt()
     try:
+        stop.install()
         for index, size in enumerate(sizes):
             chunk_start = time.perf_counter()
             if evaluated[index]:
@@ -308,10 +339,12 @@ def run(
             bar.set_postfix(postfix)
             if (index + 1) % checkpoint_every == 0 or index == len(sizes) - 1:
                 save()
+            stop.raise_if_requested()
     except KeyboardInterrupt as error:
         save()
         raise Interrupted(done, run_dir) from error
     finally:
+        stop.uninstall()
         bar.close()
         for sink in sinks:
             sink.close()
