@@ -11,10 +11,18 @@ Outputs: a table on stdout and in benchmarks/results/suite[_quick].md, per-itera
 benchmarks/results/suite[_quick].json, and one learning-curve PNG per environment in
 benchmarks/results/suite[_quick]_<env>.png.
 
+The results files are rewritten after every row, and `--resume` keeps the rows already in them (same entry,
+env, budget at least as large), so an interrupted suite loses at most the row it was running.
+
+Entries are the registered algorithms plus `VARIANTS` (e.g. `grpo-replay`: GRPO with one replayed batch per
+fresh one). `--budget-fraction F` runs every entry at F times its budget; the table's "budget" column gives the
+fraction, so a row run short of the reference budget says so.
+
 Usage:
   python -m benchmarks.suite --quick     # CartPole-v1 and Pendulum-v1 at a fifth of the budgets: minutes on CPU
   python -m benchmarks.suite             # the whole suite at full budgets (MinAtar at 1e7 steps: a GPU job)
   python -m benchmarks.suite --algos ppo dqn --envs CartPole-v1 Acrobot-v1 --seeds 16
+  python -m benchmarks.suite --envs Breakout-MinAtar --algos ppo pqn --budget-fraction 0.1 --resume
 """
 
 from __future__ import annotations
@@ -45,6 +53,9 @@ ENVIRONMENTS = {
     "SpaceInvaders-MinAtar": (10_000_000, 300.0),
 }
 QUICK_ENVIRONMENTS = ("CartPole-v1", "Pendulum-v1")
+MINATAR = ("Breakout-MinAtar", "SpaceInvaders-MinAtar")
+# name: (registered algorithm, config overrides that make the variant)
+VARIANTS = {"grpo-replay": ("grpo", dict(replay_ratio=1))}
 # Replay-based learners make many gradient steps per env step; their budgets are smaller, as in their papers.
 BUDGET_SCALE = {"dqn": 0.2, "ddpg": 0.05, "td3": 0.05, "sac": 0.05}
 OVERRIDES = {
@@ -62,18 +73,32 @@ OVERRIDES = {
     ("trpo", "Pendulum-v1"): dict(  # benchmarks/spectrum_onpolicy.py's Pendulum config
         num_envs=8, num_steps=256, gamma=0.9, max_kl=0.02, vf_epochs=10, normalize_observations=True
     ),
+    **{  # gymnax-blines' MinAtar PPO shape: 64 envs x 128 steps, lr 5e-4, 4 epochs x 8 minibatches
+        ("ppo", env): dict(num_envs=64, num_steps=128, learning_rate=5e-4, update_epochs=4, num_minibatches=8)
+        for env in MINATAR
+    },
 }
 
 
-def make_config(algo_name: str, env: str, budget: int):
+ENTRIES = [*ALGORITHMS, *VARIANTS]
+
+
+def make_config(entry: str, env: str, budget: int):
+    """The entry's algorithm and its Config on `env`: defaults, then the variant's and the (entry, env) overrides."""
+    algo_name, variant = VARIANTS.get(entry, (entry, {}))
     algo = ALGORITHMS[algo_name]
-    config = algo.Config(env=env, total_timesteps=budget, **OVERRIDES.get((algo_name, env), {}))
+    config = algo.Config(env=env, total_timesteps=budget, **variant, **OVERRIDES.get((entry, env), {}))
     algo.validate(config)  # raises ValueError where the algorithm does not apply
     return algo, config
 
 
-def run_one(algo_name: str, env: str, budget: int, seeds: int, seed: int = 0) -> dict:
-    algo, config = make_config(algo_name, env, budget)
+def budget_for(entry: str, env: str, fraction: float = 1.0) -> int:
+    algo_name = VARIANTS.get(entry, (entry,))[0]
+    return int(ENVIRONMENTS[env][0] * BUDGET_SCALE.get(algo_name, 1.0) * fraction)
+
+
+def run_one(entry: str, env: str, budget: int, seeds: int, seed: int = 0) -> dict:
+    algo, config = make_config(entry, env, budget)
     keys = jax.random.split(jax.random.key(seed), seeds)
     start = time.perf_counter()
     compiled = jax.jit(jax.vmap(algo.make_train(config))).lower(keys).compile()
@@ -89,9 +114,10 @@ def run_one(algo_name: str, env: str, budget: int, seeds: int, seed: int = 0) ->
     steps_per_iteration = config.num_envs * config.num_steps
     steps = config.num_iterations * steps_per_iteration
     return {
-        "algo": algo_name,
+        "algo": entry,
         "env": env,
         "seeds": seeds,
+        "budget": budget,
         "env_steps": steps,
         "final_per_seed": final.tolist(),
         "final_mean": float(mean[0]),
@@ -106,19 +132,21 @@ def run_one(algo_name: str, env: str, budget: int, seeds: int, seed: int = 0) ->
 
 
 def table(rows: list[dict], references: dict[str, float]) -> str:
+    """Markdown table; "budget" is the row's env-step budget as a fraction of the entry's full budget."""
     lines = [
-        "| algorithm | env | env steps | final return (95% CI) | reference | reached | seeds | compile s | run s |"
-        " steps/s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| algorithm | env | env steps | budget | final return (95% CI) | reference | reached | seeds | compile s |"
+        " run s | steps/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['algo']} | {r['env']} | n/a: {r['skipped']} |  |  |  |  |  |  |  |")
+            lines.append(f"| {r['algo']} | {r['env']} | n/a: {r['skipped']} |  |  |  |  |  |  |  |  |")
             continue
         ref = references[r["env"]]
         reached = "yes" if r["final_mean"] >= ref else f"no ({r['final_mean'] - ref:+.1f})"
+        fraction = r["budget"] / budget_for(r["algo"], r["env"])
         lines.append(
-            f"| {r['algo']} | {r['env']} | {r['env_steps']:.2g} | {r['final_mean']:.1f} "
+            f"| {r['algo']} | {r['env']} | {r['env_steps']:.2g} | {fraction:.2g} | {r['final_mean']:.1f} "
             f"[{r['final_ci'][0]:.1f}, {r['final_ci'][1]:.1f}] | {ref:g} | {reached} | {r['seeds']} | "
             f"{r['compile_s']:.1f} | {r['run_s']:.1f} | {r['steps_per_s']:.3g} |"
         )
@@ -150,42 +178,60 @@ def plot_env(rows: list[dict], env: str, reference: float, out: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algos", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
-    parser.add_argument("--envs", nargs="+", default=None, choices=list(ENVIRONMENTS))
-    parser.add_argument("--seeds", type=int, default=8)
-    parser.add_argument("--quick", action="store_true", help="CartPole-v1 and Pendulum-v1 at a fifth of the budgets")
-    parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/suite[_quick])")
-    args = parser.parse_args(argv)
-    env_ids = args.envs or (list(QUICK_ENVIRONMENTS) if args.quick else list(ENVIRONMENTS))
-    out = Path(args.out or RESULTS / ("suite_quick" if args.quick else "suite"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    references = {env: ENVIRONMENTS[env][1] for env in env_ids}
-    rows = []
-    for env in env_ids:
-        for algo_name in args.algos:
-            budget = int(ENVIRONMENTS[env][0] * BUDGET_SCALE.get(algo_name, 1.0) / (5 if args.quick else 1))
-            try:
-                row = run_one(algo_name, env, budget, args.seeds)
-            except ValueError as error:  # the algorithm does not apply here (or the budget is too small)
-                row = {"algo": algo_name, "env": env, "skipped": str(error).split(";")[0]}
-            rows.append(row)
-            print(table([row], references).splitlines()[-1], flush=True)
-    meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {jax.device_count()} x {jax.devices()[0].device_kind}",
-        "jax": jax.__version__,
-        "quick": args.quick,
-    }
+def load_rows(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["rows"] if path.exists() else []
+
+
+def write_results(out: Path, rows: list[dict], meta: dict) -> None:
+    """Table (markdown), every row with its curves (JSON) and one PNG per environment; rewritten after each row."""
+    references = {env: ENVIRONMENTS[env][1] for env in ENVIRONMENTS}
+    rows = sorted(rows, key=lambda r: (list(ENVIRONMENTS).index(r["env"]), ENTRIES.index(r["algo"])))
     text = table(rows, references)
     out.with_suffix(".md").write_text(f"{meta['date']}, {meta['machine']}, jax {meta['jax']}\n\n{text}\n")
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    for env in env_ids:
+    for env in dict.fromkeys(r["env"] for r in rows):
         ran = [r for r in rows if r["env"] == env and "skipped" not in r]
         if ran:
             plot_env(ran, env, references[env], out.parent / f"{out.name}_{env}.png")
-    print(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algos", nargs="+", default=ENTRIES, choices=ENTRIES)
+    parser.add_argument("--envs", nargs="+", default=None, choices=list(ENVIRONMENTS))
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="CartPole-v1 and Pendulum-v1 at a fifth of the budgets")
+    parser.add_argument("--budget-fraction", type=float, default=None, help="run at this fraction of the budgets")
+    parser.add_argument("--resume", action="store_true", help="keep the rows already in the output files")
+    parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/suite[_quick])")
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or (args.budget_fraction is not None and not 0 < args.budget_fraction <= 1):
+        parser.error("--seeds must be >= 1 and --budget-fraction in (0, 1]")
+    fraction = args.budget_fraction or (0.2 if args.quick else 1.0)
+    env_ids = args.envs or (list(QUICK_ENVIRONMENTS) if args.quick else list(ENVIRONMENTS))
+    out = Path(args.out or RESULTS / ("suite_quick" if args.quick else "suite"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows = load_rows(out.with_suffix(".json")) if args.resume else []
+    references = {env: ENVIRONMENTS[env][1] for env in ENVIRONMENTS}
+    meta = {
+        "machine": f"{platform.machine()}, {jax.device_count()} x {jax.devices()[0].device_kind}",
+        "jax": jax.__version__,
+    }
+    for env in env_ids:
+        for entry in args.algos:
+            budget = budget_for(entry, env, fraction)
+            done = [r for r in rows if (r["algo"], r["env"]) == (entry, env)]
+            if any("skipped" in r or r["budget"] >= budget for r in done):  # a longer run is kept
+                continue
+            try:
+                row = run_one(entry, env, budget, args.seeds)
+            except ValueError as error:  # the algorithm does not apply here (or the budget is too small)
+                row = {"algo": entry, "env": env, "skipped": str(error).split(";")[0]}
+            rows = [r for r in rows if (r["algo"], r["env"]) != (entry, env)] + [row]
+            meta["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            write_results(out, rows, meta)
+            print(table([row], references).splitlines()[-1], flush=True)
+    print(table(rows, references))
     print(f"wrote {out.with_suffix('.md')}, {out.with_suffix('.json')} and {out.name}_<env>.png")
 
 

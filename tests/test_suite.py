@@ -1,0 +1,84 @@
+"""The results suite's bookkeeping: which (entry, env) rows run, resume, budget fractions and the table."""
+
+import json
+
+import pytest
+
+from benchmarks import suite
+
+
+def fake_run(calls):
+    def run_one(entry, env, budget, seeds, seed=0):
+        calls.append((entry, env, budget))
+        final = suite.ENVIRONMENTS[env][1] + (1.0 if entry == "ppo" else -5.0)
+        return {
+            "algo": entry,
+            "env": env,
+            "seeds": seeds,
+            "budget": budget,
+            "env_steps": budget,
+            "final_per_seed": [final] * seeds,
+            "final_mean": final,
+            "final_ci": [final, final],
+            "compile_s": 1.0,
+            "run_s": 2.0,
+            "steps_per_s": budget * seeds / 2.0,
+            "curve_steps": [budget // 2, budget],
+            "returns": [[final - 1, final]] * seeds,
+            "config": {},
+        }
+
+    return run_one
+
+
+@pytest.mark.parametrize("entry", suite.ENTRIES)
+def test_every_entry_makes_a_config_or_says_why(entry):
+    for env in ("CartPole-v1", "Pendulum-v1", "Breakout-MinAtar"):
+        try:
+            _, config = suite.make_config(entry, env, suite.budget_for(entry, env))
+        except ValueError as error:
+            assert str(error)  # n/a rows carry the reason
+            continue
+        assert config.env == env and config.num_iterations >= 1
+
+
+def test_variant_applies_its_overrides():
+    _, config = suite.make_config("grpo-replay", "CartPole-v1", 100_000)
+    assert config.replay_ratio == 1
+    assert suite.budget_for("dqn", "CartPole-v1") == int(500_000 * suite.BUDGET_SCALE["dqn"])
+
+
+def test_resume_keeps_finished_rows_and_reruns_shorter_ones(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(suite, "run_one", fake_run(calls))
+    monkeypatch.setattr(suite, "plot_env", lambda *args: None)
+    out = tmp_path / "s"
+    args = ["--algos", "ppo", "dqn", "--envs", "CartPole-v1", "--seeds", "2", "--out", str(out)]
+    suite.main([*args, "--budget-fraction", "0.1"])
+    assert calls == [("ppo", "CartPole-v1", 50_000), ("dqn", "CartPole-v1", 10_000)]
+    calls.clear()
+    suite.main([*args, "--budget-fraction", "0.1", "--resume"])  # everything is there: nothing runs
+    assert calls == []
+    suite.main([*args, "--algos", "ppo", "--resume"])  # the full budget replaces the short row
+    assert calls == [("ppo", "CartPole-v1", 500_000)]
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert [(r["algo"], r["budget"]) for r in rows] == [("ppo", 500_000), ("dqn", 10_000)]
+    text = out.with_suffix(".md").read_text()
+    assert "| ppo | CartPole-v1 | 5e+05 | 1 | 501.0 [501.0, 501.0] | 500 | yes |" in text
+    assert "| dqn | CartPole-v1 | 1e+04 | 0.1 | 495.0 [495.0, 495.0] | 500 | no (-5.0) |" in text
+
+
+def test_inapplicable_rows_are_listed_not_run(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(suite, "run_one", fake_run(calls))
+    monkeypatch.setattr(suite, "plot_env", lambda *args: None)
+
+    def run_or_refuse(entry, env, budget, seeds, seed=0):
+        suite.make_config(entry, env, budget)  # DDPG on CartPole raises: discrete actions
+        return fake_run(calls)(entry, env, budget, seeds)
+
+    monkeypatch.setattr(suite, "run_one", run_or_refuse)
+    out = tmp_path / "s"
+    suite.main(["--algos", "ddpg", "--envs", "CartPole-v1", "--seeds", "1", "--out", str(out)])
+    assert calls == []
+    assert "| ddpg | CartPole-v1 | n/a:" in out.with_suffix(".md").read_text()
