@@ -39,7 +39,7 @@ import numpy as np
 
 from jaxrl.algos import ALGORITHMS
 from jaxrl.configs import to_dict
-from jaxrl.plot import bootstrap_interval
+from jaxrl.plot import bin_iterations, bootstrap_interval
 
 RESULTS = Path(__file__).parent / "results"
 # env: (env-step budget, reference return of gymnax's PPO baselines at that budget)
@@ -73,6 +73,33 @@ OVERRIDES = {
     ("trpo", "Pendulum-v1"): dict(  # benchmarks/spectrum_onpolicy.py's Pendulum config
         num_envs=8, num_steps=256, gamma=0.9, max_kl=0.02, vf_epochs=10, normalize_observations=True
     ),
+    ("ppo", "MountainCar-v0"): dict(  # rl-baselines3-zoo's MountainCar-v0 PPO: short windows, lambda 0.98, no entropy
+        normalize_observations=True,
+        num_envs=16,
+        num_steps=16,
+        gae_lambda=0.98,
+        ent_coef=0.0,
+        update_epochs=4,
+        num_minibatches=4,
+        learning_rate=1e-3,
+    ),
+    ("ppo", "MountainCarContinuous-v0"): dict(normalize_observations=True),
+    ("a2c", "Pendulum-v1"): dict(  # many small updates: 8 envs x 8 steps, GAE(0.9), Adam
+        normalize_observations=True,
+        gamma=0.9,
+        advantage="gae",
+        gae_lambda=0.9,
+        num_envs=8,
+        num_steps=8,
+        learning_rate=1e-3,
+        optimizer="adam",
+        normalize_advantages=True,
+    ),
+    **{  # more gradient steps per group at a lower rate than the CartPole default
+        (entry, env): dict(learning_rate=1e-3, update_epochs=10, num_minibatches=32)
+        for entry in ("grpo", "grpo-replay")
+        for env in ("Pendulum-v1", "MountainCarContinuous-v0")
+    },
     **{  # gymnax-blines' MinAtar PPO shape: 64 envs x 128 steps, lr 5e-4, 4 epochs x 8 minibatches
         ("ppo", env): dict(num_envs=64, num_steps=128, learning_rate=5e-4, update_epochs=4, num_minibatches=8)
         for env in MINATAR
@@ -161,8 +188,8 @@ def plot_env(rows: list[dict], env: str, reference: float, out: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     for r in rows:
-        mean, low, high = bootstrap_interval(np.asarray(r["returns"], float))
-        xs = np.asarray(r["curve_steps"])
+        xs, returns = bin_iterations(np.asarray(r["returns"], float), np.asarray(r["curve_steps"]), bins=40)
+        mean, low, high = bootstrap_interval(returns)
         has = np.isfinite(mean)
         line = ax.plot(xs[has], mean[has], label=r["algo"], linewidth=1.3)[0]
         ax.fill_between(xs[has], low[has], high[has], color=line.get_color(), alpha=0.2, linewidth=0)
@@ -170,7 +197,7 @@ def plot_env(rows: list[dict], env: str, reference: float, out: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("environment steps (log)")
     ax.set_ylabel("episode return")
-    ax.set_title(f"{env}: mean and 95% bootstrap interval over {rows[0]['seeds']} seeds")
+    ax.set_title(f"{env}: mean and 95% bootstrap interval over {rows[0]['seeds']} seeds (iterations binned)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()

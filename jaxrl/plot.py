@@ -41,6 +41,21 @@ def bootstrap_interval(values: np.ndarray, confidence: float = 0.95, resamples: 
         return np.nanmean(values, axis=0), low, high
 
 
+def bin_iterations(values: np.ndarray, xs: np.ndarray, bins: int = 100) -> tuple[np.ndarray, np.ndarray]:
+    """Curves [seeds, iterations] averaged (NaN-aware) within at most `bins` consecutive groups of iterations.
+
+    Returns (x at each group's last iteration [groups], binned values [seeds, groups]); a group in which a seed
+    finished no episode is NaN for that seed.
+    """
+    edges = np.unique(np.linspace(0, values.shape[1], min(bins, values.shape[1]) + 1).astype(int))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        binned = np.stack(
+            [np.nanmean(values[:, a:b], axis=1) for a, b in zip(edges[:-1], edges[1:], strict=True)], axis=1
+        )
+    return np.asarray(xs)[edges[1:] - 1], binned
+
+
 def learning_curves(
     run_dirs: list[str | Path], out: str | Path, metric: str = "episode_return", x: str = "env_steps"
 ) -> Path:

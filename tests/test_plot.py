@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from jaxrl import sweep
-from jaxrl.plot import _log_scale, read_sweep, sensitivity
+from jaxrl.plot import _log_scale, bin_iterations, read_sweep, sensitivity
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -59,3 +59,13 @@ def test_log_axis_for_learning_rates_and_decade_grids():
     assert not _log_scale("ent_coef", np.random.default_rng(0).uniform(0, 0.05, 20))  # random linear draws
     assert not _log_scale("clip_eps", np.array([0.1, 0.2, 0.3]))
     assert not _log_scale("gamma", np.array([0.0, 0.9, 0.99]))
+
+
+def test_bin_iterations_averages_groups_of_iterations_ignoring_nan():
+    values = np.array([[1.0, 3.0, np.nan, np.nan, 5.0], [2.0, np.nan, 4.0, 6.0, 8.0]])
+    xs, binned = bin_iterations(values, np.arange(1, 6) * 10, bins=2)
+    np.testing.assert_array_equal(xs, [20, 50])  # edges 0, 2, 5
+    np.testing.assert_array_equal(binned, [[2.0, 5.0], [2.0, 6.0]])
+    xs, binned = bin_iterations(values, np.arange(5), bins=100)  # fewer iterations than bins: unchanged
+    np.testing.assert_array_equal(xs, np.arange(5))
+    np.testing.assert_array_equal(binned, values)
