@@ -180,6 +180,32 @@ def table(rows: list[dict], references: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def matrix(rows: list[dict], references: dict[str, float]) -> str:
+    """One line per entry, one column per environment: final mean return, its budget fraction when short of the
+    full budget, and whether it reached the reference (yes) or by how much it fell short."""
+    envs = list(dict.fromkeys(r["env"] for r in rows))
+    cells = {(r["algo"], r["env"]): r for r in rows}
+    lines = [
+        "| algorithm | " + " | ".join(f"{env} ({references[env]:g})" for env in envs) + " |",
+        "|---|" + "---|" * len(envs),
+    ]
+    for entry in dict.fromkeys(r["algo"] for r in rows):
+        line = []
+        for env in envs:
+            r = cells.get((entry, env))
+            if r is None:
+                line.append("not run")
+            elif "skipped" in r:
+                line.append("n/a")
+            else:
+                fraction = r["budget"] / budget_for(entry, env)
+                short = "" if fraction == 1 else f" at {fraction:.2g} budget"
+                gap = r["final_mean"] - references[env]
+                line.append(f"{r['final_mean']:.1f}{short} ({'yes' if gap >= 0 else f'{gap:+.1f}'})")
+        lines.append(f"| {entry} | " + " | ".join(line) + " |")
+    return "\n".join(lines)
+
+
 def plot_env(rows: list[dict], env: str, reference: float, out: Path) -> None:
     import matplotlib
 
@@ -214,7 +240,8 @@ def write_results(out: Path, rows: list[dict], meta: dict) -> None:
     references = {env: ENVIRONMENTS[env][1] for env in ENVIRONMENTS}
     rows = sorted(rows, key=lambda r: (list(ENVIRONMENTS).index(r["env"]), ENTRIES.index(r["algo"])))
     text = table(rows, references)
-    out.with_suffix(".md").write_text(f"{meta['date']}, {meta['machine']}, jax {meta['jax']}\n\n{text}\n")
+    summary = matrix(rows, references)
+    out.with_suffix(".md").write_text(f"{meta['date']}, {meta['machine']}, jax {meta['jax']}\n\n{summary}\n\n{text}\n")
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     for env in dict.fromkeys(r["env"] for r in rows):
         ran = [r for r in rows if r["env"] == env and "skipped" not in r]

@@ -66,6 +66,8 @@ def test_resume_keeps_finished_rows_and_reruns_shorter_ones(tmp_path, monkeypatc
     text = out.with_suffix(".md").read_text()
     assert "| ppo | CartPole-v1 | 5e+05 | 1 | 501.0 [501.0, 501.0] | 500 | yes |" in text
     assert "| dqn | CartPole-v1 | 1e+04 | 0.1 | 495.0 [495.0, 495.0] | 500 | no (-5.0) |" in text
+    assert "| algorithm | CartPole-v1 (500) |" in text  # the summary matrix: entries x environments
+    assert "| ppo | 501.0 (yes) |" in text and "| dqn | 495.0 at 0.1 budget (-5.0) |" in text
 
 
 def test_inapplicable_rows_are_listed_not_run(tmp_path, monkeypatch):
