@@ -108,6 +108,7 @@ OVERRIDES = {
 
 
 ENTRIES = [*ALGORITHMS, *VARIANTS]
+CURVE_POINTS = 200  # learning curves are stored as at most this many groups of iterations
 
 
 def make_config(entry: str, env: str, budget: int):
@@ -140,6 +141,8 @@ def run_one(entry: str, env: str, budget: int, seeds: int, seed: int = 0) -> dic
     mean, low, high = bootstrap_interval(final[:, None])
     steps_per_iteration = config.num_envs * config.num_steps
     steps = config.num_iterations * steps_per_iteration
+    iteration_steps = steps_per_iteration * np.arange(1, returns.shape[1] + 1)
+    curve_steps, curve = bin_iterations(returns, iteration_steps, bins=CURVE_POINTS)
     return {
         "algo": entry,
         "env": env,
@@ -152,8 +155,8 @@ def run_one(entry: str, env: str, budget: int, seeds: int, seed: int = 0) -> dic
         "compile_s": compile_s,
         "run_s": run_s,
         "steps_per_s": steps * seeds / run_s,
-        "curve_steps": [steps_per_iteration * (i + 1) for i in range(returns.shape[1])],
-        "returns": returns.tolist(),
+        "curve_steps": curve_steps.tolist(),
+        "returns": curve.round(2).tolist(),  # [seeds, <= CURVE_POINTS]: binned iterations, NaN where none ended
         "config": to_dict(config),
     }
 
@@ -242,7 +245,7 @@ def write_results(out: Path, rows: list[dict], meta: dict) -> None:
     text = table(rows, references)
     summary = matrix(rows, references)
     out.with_suffix(".md").write_text(f"{meta['date']}, {meta['machine']}, jax {meta['jax']}\n\n{summary}\n\n{text}\n")
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, separators=(",", ":")))
     for env in dict.fromkeys(r["env"] for r in rows):
         ran = [r for r in rows if r["env"] == env and "skipped" not in r]
         if ran:
