@@ -226,7 +226,7 @@ def plot_env(rows: list[dict], env: str, reference: float, out: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("environment steps (log)")
     ax.set_ylabel("episode return")
-    ax.set_title(f"{env}: mean and 95% bootstrap interval over {rows[0]['seeds']} seeds (iterations binned)")
+    ax.set_title(f"{env}: mean and 95% bootstrap interval, {rows[0]['seeds']} seeds", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
@@ -281,9 +281,11 @@ def main(argv: list[str] | None = None) -> None:
             if any("skipped" in r or r["budget"] >= budget for r in done):  # a longer run is kept
                 continue
             try:
-                row = run_one(entry, env, budget, args.seeds)
+                make_config(entry, env, budget)
             except ValueError as error:  # the algorithm does not apply here (or the budget is too small)
                 row = {"algo": entry, "env": env, "skipped": str(error).split(";")[0]}
+            else:  # an error while training is a bug to see, not an n/a row
+                row = run_one(entry, env, budget, args.seeds)
             rows = [r for r in rows if (r["algo"], r["env"]) != (entry, env)] + [row]
             meta["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
             write_results(out, rows, meta)

@@ -184,6 +184,15 @@ def test_branch_mode_continues_the_trunk_and_pendulum_runs():
     assert np.all(np.isfinite(metrics["policy_loss"])) and np.all(metrics["episode_return"] < 0)
 
 
+def test_image_observations_run():
+    """MinAtar's [10, 10, C] observations: the critic-free rollout's zero values are one per env step."""
+    minatar = dataclasses.replace(TINY, env="Breakout-MinAtar")
+    grpo.validate(minatar)
+    _, metrics = jax.jit(grpo.make_train(minatar))(jax.random.key(0))
+    assert np.all(np.isfinite(metrics["policy_loss"]))
+    assert metrics["policy_loss"].shape == (minatar.num_iterations,)
+
+
 @pytest.mark.slow
 def test_grpo_learns_cartpole():
     """Outcome GRPO, 8 groups x 8 members capped at 200 steps: every one of 3 seeds reaches a mean group return

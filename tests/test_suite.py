@@ -74,13 +74,16 @@ def test_inapplicable_rows_are_listed_not_run(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(suite, "run_one", fake_run(calls))
     monkeypatch.setattr(suite, "plot_env", lambda *args: None)
-
-    def run_or_refuse(entry, env, budget, seeds, seed=0):
-        suite.make_config(entry, env, budget)  # DDPG on CartPole raises: discrete actions
-        return fake_run(calls)(entry, env, budget, seeds)
-
-    monkeypatch.setattr(suite, "run_one", run_or_refuse)
     out = tmp_path / "s"
-    suite.main(["--algos", "ddpg", "--envs", "CartPole-v1", "--seeds", "1", "--out", str(out)])
+    suite.main(["--algos", "ddpg", "--envs", "CartPole-v1", "--seeds", "1", "--out", str(out)])  # discrete actions
     assert calls == []
     assert "| ddpg | CartPole-v1 | n/a:" in out.with_suffix(".md").read_text()
+
+
+def test_an_error_while_training_is_raised_not_listed(tmp_path, monkeypatch):
+    def broken(entry, env, budget, seeds, seed=0):
+        raise ValueError("Incompatible shapes for broadcasting")
+
+    monkeypatch.setattr(suite, "run_one", broken)
+    with pytest.raises(ValueError, match="broadcasting"):
+        suite.main(["--algos", "ppo", "--envs", "CartPole-v1", "--seeds", "1", "--out", str(tmp_path / "s")])

@@ -294,7 +294,8 @@ def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Ar
     members = repeat_members(starts, config.group_size)
     member_keys = jax.random.split(member_key, config.num_envs)
     act = behaviour(network, lag.behaviour_params(state.lagged, state.params))
-    final, traj = grouped_rollout(env, act, zero_value, members, member_keys, config.num_steps)
+    no_critic = functools.partial(zero_value, obs_ndim=len(env.spec.observation_shape))
+    final, traj = grouped_rollout(env, act, no_critic, members, member_keys, config.num_steps)
     mask = first_episode_mask(traj.done)
     advantages = estimators.group_relative_advantages(
         traj.rewards, mask, config.group_size, config.supervision, config.advantage_eps
