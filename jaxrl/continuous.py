@@ -33,7 +33,7 @@ from flax import struct
 from jaxrl import envs, estimators, replay
 from jaxrl.configs import check, check_common, check_range, check_replay, hyper, static
 from jaxrl.continuous_networks import Critics
-from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout, zero_value
+from jaxrl.rollout import EnvCarry, episode_metrics, no_critic, reset, rollout
 
 
 @struct.dataclass
@@ -206,8 +206,7 @@ def update(
     def act(obs, key):
         return select(warmup, random(obs, key), policy(obs, key))
 
-    no_critic = functools.partial(zero_value, obs_ndim=len(env.spec.observation_shape))
-    carry, traj = rollout(env, act, no_critic, state.env, rollout_key, config.num_steps, keep_next_obs=True)
+    carry, traj = rollout(env, act, no_critic(env), state.env, rollout_key, config.num_steps, keep_next_obs=True)
     buffer = replay.add(state.buffer, transitions(traj))
 
     def learn(learner):

@@ -1,5 +1,6 @@
 """Rollouts: a `lax.scan` of policy + vmapped env.step, returning a time-major Trajectory [T, N, ...]."""
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,11 @@ ValueFn = Callable[[jax.Array], jax.Array]
 
 def zero_value(obs: jax.Array, obs_ndim: int = 1) -> jax.Array:
     return jnp.zeros(obs.shape[: obs.ndim - obs_ndim], jnp.float32)
+
+
+def no_critic(env) -> ValueFn:
+    """`zero_value` for `env`'s observations (vectors or images): one 0 per env step, no critic evaluated."""
+    return functools.partial(zero_value, obs_ndim=len(env.spec.observation_shape))
 
 
 @struct.dataclass

@@ -27,7 +27,7 @@ from flax import struct
 from jaxrl import envs, estimators, losses, replay
 from jaxrl.configs import check, check_common, check_range, check_replay, hyper, static
 from jaxrl.networks import QNetwork, epsilon_greedy
-from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout, zero_value
+from jaxrl.rollout import EnvCarry, episode_metrics, no_critic, reset, rollout
 
 
 @struct.dataclass
@@ -261,8 +261,7 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
 
     epsilon = epsilon_at(config, state.iteration)
     act = behaviour(network, state.params, epsilon)
-    no_critic = functools.partial(zero_value, obs_ndim=len(env.spec.observation_shape))
-    carry, traj = rollout(env, act, no_critic, state.env, rollout_key, config.num_steps, keep_next_obs=True)
+    carry, traj = rollout(env, act, no_critic(env), state.env, rollout_key, config.num_steps, keep_next_obs=True)
     if config.prioritized:
         buffer = replay.add_prioritized(state.buffer, transitions(traj), config.n_step)
     else:

@@ -51,8 +51,8 @@ from jaxrl.rollout import (
     first_episode_mask,
     group_starts,
     grouped_rollout,
+    no_critic,
     repeat_members,
-    zero_value,
 )
 
 GROUP_MODES = ("start", "branch")
@@ -294,8 +294,7 @@ def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Ar
     members = repeat_members(starts, config.group_size)
     member_keys = jax.random.split(member_key, config.num_envs)
     act = behaviour(network, lag.behaviour_params(state.lagged, state.params))
-    no_critic = functools.partial(zero_value, obs_ndim=len(env.spec.observation_shape))
-    final, traj = grouped_rollout(env, act, no_critic, members, member_keys, config.num_steps)
+    final, traj = grouped_rollout(env, act, no_critic(env), members, member_keys, config.num_steps)
     mask = first_episode_mask(traj.done)
     advantages = estimators.group_relative_advantages(
         traj.rewards, mask, config.group_size, config.supervision, config.advantage_eps

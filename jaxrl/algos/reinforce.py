@@ -36,7 +36,7 @@ from jaxrl import estimators
 from jaxrl import policy_gradient as pg
 from jaxrl.algos.ppo import TrainState, behaviour, evaluation_policy, make_env, make_network
 from jaxrl.configs import check, check_common, check_range, hyper, static
-from jaxrl.rollout import episode_metrics, first_episode_mask, reset, rollout, zero_value
+from jaxrl.rollout import episode_metrics, first_episode_mask, no_critic, reset, rollout
 from jaxrl.types import Trajectory
 
 __all__ = [
@@ -130,7 +130,7 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
     carry = reset(env, reset_key) if config.whole_episodes else state.env
     act, value = behaviour(network, state.params)
     if not config.baseline:
-        value = functools.partial(zero_value, obs_ndim=len(env.spec.observation_shape))
+        value = no_critic(env)
     carry, traj = rollout(env, act, value, carry, rollout_key, config.num_steps)
     mask = first_episode_mask(traj.done) if config.whole_episodes else jnp.ones(traj.rewards.shape, bool)
     adv, returns = advantages(config, traj)
