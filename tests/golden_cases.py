@@ -1,0 +1,121 @@
+"""The golden-metrics cases: short fixed-seed CPU runs of every registered algorithm and its main variants.
+
+`python tests/golden_cases.py` records every case's per-iteration metrics and final parameters to
+`tests/golden/<case>.npz`; `tests/test_golden.py` replays the cases and requires bit-identical results, so a
+refactor that changes any number on CPU fails loudly. Re-record only for a deliberate change of behaviour, and
+name it in the commit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+# case name -> (algorithm, Config overrides). Small configs: a few iterations each, gradient steps included.
+CASES: dict[str, tuple[str, dict]] = {
+    "ppo": ("ppo", dict(num_envs=4, num_steps=16, total_timesteps=192, num_minibatches=2)),
+    "ppo_pendulum_obsnorm": (
+        "ppo",
+        dict(env="Pendulum-v1", num_envs=4, num_steps=16, total_timesteps=192, num_minibatches=2,
+             normalize_observations=True),
+    ),
+    "a2c": ("a2c", dict(num_envs=4, num_steps=5, total_timesteps=60)),
+    "a2c_gae_adam_anneal": (
+        "a2c",
+        dict(num_envs=4, num_steps=8, total_timesteps=96, advantage="gae", gae_lambda=0.9, optimizer="adam",
+             anneal_lr=True, update_epochs=2, num_minibatches=2),
+    ),
+    "reinforce": ("reinforce", dict(num_envs=4, num_steps=16, total_timesteps=192)),
+    "reinforce_no_baseline_whole": (
+        "reinforce",
+        dict(num_envs=4, num_steps=32, total_timesteps=384, baseline=False, whole_episodes=True),
+    ),
+    "trpo": ("trpo", dict(num_envs=4, num_steps=16, total_timesteps=192, vf_minibatches=2)),
+    "trpo_pendulum": (
+        "trpo", dict(env="Pendulum-v1", num_envs=4, num_steps=16, total_timesteps=192, vf_minibatches=2)
+    ),
+    "impala": ("impala", dict(num_envs=4, num_steps=16, total_timesteps=256)),
+    "impala_q": ("impala", dict(num_envs=4, num_steps=16, total_timesteps=256, critic="q")),
+    "grpo": ("grpo", dict(num_groups=2, group_size=2, horizon=16, total_timesteps=192, num_minibatches=2)),
+    "grpo_branch": (
+        "grpo",
+        dict(num_groups=2, group_size=2, horizon=16, total_timesteps=192, num_minibatches=2, group_mode="branch"),
+    ),
+    "grpo_replay": (
+        "grpo",
+        dict(num_groups=2, group_size=2, horizon=16, total_timesteps=256, num_minibatches=2, replay_ratio=1,
+             replay_capacity=4),
+    ),
+    "grpo_lag_kl": (
+        "grpo",
+        dict(num_groups=2, group_size=2, horizon=16, total_timesteps=256, num_minibatches=2, behaviour_lag=2,
+             kl_reference="moving", kl_coef=0.1, ref_update_interval=2),
+    ),
+    "grpo_pendulum_process": (
+        "grpo",
+        dict(env="Pendulum-v1", num_groups=2, group_size=2, horizon=16, total_timesteps=192, num_minibatches=2,
+             supervision="process"),
+    ),
+    "dqn": ("dqn", dict(num_envs=4, num_steps=4, total_timesteps=256, learning_starts=32, buffer_size=128,
+                        batch_size=16, updates_per_iteration=2)),
+    "dqn_plain": ("dqn", dict(num_envs=4, num_steps=4, total_timesteps=256, learning_starts=32, buffer_size=128,
+                              batch_size=16, updates_per_iteration=2, double=False, n_step=1, layer_norm=False,
+                              td_loss="l2")),
+    "dqn_dueling_polyak": ("dqn", dict(num_envs=4, num_steps=4, total_timesteps=256, learning_starts=32,
+                                       buffer_size=128, batch_size=16, updates_per_iteration=2, dueling=True,
+                                       tau=0.5, target_update_interval=1)),
+    "dqn_prioritized": ("dqn", dict(num_envs=4, num_steps=4, total_timesteps=256, learning_starts=32,
+                                    buffer_size=128, batch_size=16, updates_per_iteration=2, prioritized=True)),
+    "pqn": ("pqn", dict(num_envs=4, num_steps=8, total_timesteps=128, num_minibatches=2)),
+    "sarsa": ("sarsa", dict(num_envs=4, num_steps=8, total_timesteps=128, num_minibatches=2)),
+    "sarsa_expected": ("sarsa", dict(num_envs=4, num_steps=8, total_timesteps=128, num_minibatches=2,
+                                     expected=True)),
+    "ddpg": ("ddpg", dict(num_envs=2, num_steps=4, total_timesteps=96, learning_starts=32, batch_size=16,
+                          updates_per_iteration=2, buffer_size=64)),
+    "td3": ("td3", dict(num_envs=2, num_steps=4, total_timesteps=96, learning_starts=32, batch_size=16,
+                        updates_per_iteration=3, buffer_size=64)),
+    "sac": ("sac", dict(num_envs=2, num_steps=4, total_timesteps=96, learning_starts=32, batch_size=16,
+                        updates_per_iteration=2, buffer_size=64)),
+    "sac_fixed_alpha": ("sac", dict(num_envs=2, num_steps=4, total_timesteps=96, learning_starts=32,
+                                    batch_size=16, updates_per_iteration=2, buffer_size=64, autotune=False,
+                                    alpha=0.2)),
+}
+
+# Config fields renamed since the cases were recorded: old name -> new name, per algorithm.
+RENAMED: dict[str, dict[str, str]] = {}
+
+
+def make_config(case: str):
+    from jaxrl.algos import ALGORITHMS
+
+    algo_name, overrides = CASES[case]
+    renames = RENAMED.get(algo_name, {})
+    algo = ALGORITHMS[algo_name]
+    return algo, algo.Config(**{renames.get(k, k): v for k, v in overrides.items()})
+
+
+def run_case(case: str) -> dict[str, np.ndarray]:
+    """Every per-iteration metric (`metric/<name>`) and every final parameter leaf (`params/<path>`)."""
+    algo, config = make_config(case)
+    state, metrics = jax.jit(algo.make_train(config))(jax.random.key(0))
+    out = {f"metric/{k}": np.asarray(v) for k, v in metrics.items()}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]:
+        out[f"params/{jax.tree_util.keystr(path)}"] = np.asarray(leaf)
+    return out
+
+
+def main() -> None:
+    GOLDEN_DIR.mkdir(exist_ok=True)
+    for case in CASES:
+        out = run_case(case)
+        np.savez_compressed(GOLDEN_DIR / f"{case}.npz", **out)
+        print(f"{case}: {sum(k.startswith('metric/') for k in out)} metrics, "
+              f"{sum(k.startswith('params/') for k in out)} parameter leaves")
+
+
+if __name__ == "__main__":  # python tests/golden_cases.py
+    main()

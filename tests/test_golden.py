@@ -1,0 +1,19 @@
+"""Golden metrics: every registered algorithm (and its main variants) reproduces, bit for bit on CPU, the
+per-iteration metrics and final parameters recorded in `tests/golden/` before the algorithm layer was reshaped.
+
+A failure here means behaviour changed. If the change is deliberate, re-record with `python tests/golden_cases.py`
+and name the change (and its own test) in the commit.
+"""
+
+import numpy as np
+import pytest
+from golden_cases import CASES, GOLDEN_DIR, run_case
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bit_identical_to_recorded(case):
+    expected = dict(np.load(GOLDEN_DIR / f"{case}.npz"))
+    actual = run_case(case)
+    assert sorted(actual) == sorted(expected), "the set of metrics / parameter leaves changed"
+    for name, value in expected.items():
+        np.testing.assert_array_equal(actual[name], value, err_msg=f"{case}: {name} differs")
