@@ -4,17 +4,18 @@
     python -m benchmarks.gpu --quick     # num_envs 64 256 x seeds 1 2, a few iterations: a CPU smoke run
 
 For each (num_envs, seeds): `ppo.make_train(config)` on CartPole-v1 (`--num-steps` per iteration, 4 epochs x 4
-minibatches, 2 x 64 tanh), one seed jitted as it is, more seeds as `jax.jit(jax.vmap(train))(keys)`. Compile
-seconds and the best of `--repeats` calls, measured with `benchmarks.throughput.measure`; env steps/s counts all
-seeds. Runs stop being started once `--budget-s` seconds have passed (the JSON says which were skipped).
-Writes `benchmarks/results/gpu_<device kind>.json` (rewritten after every case) with the device named.
+minibatches, 2 x 64 tanh), one seed jitted as it is, more seeds as `jax.jit(jax.vmap(train))(keys)`. Compile seconds
+and the best of `--repeats` calls, measured with `benchmarks.common.measure`; env steps/s counts all seeds; the
+final return is `jaxrl.run.report.final_return` (the last 10% of iterations), averaged over seeds. Runs stop being
+started once `--budget-s` seconds have passed (the JSON says which were skipped). Writes
+`benchmarks/results/gpu_<device kind>.json` and the table as `.md` beside it (both rewritten after every case),
+with the device named. `scripts/accelerator.sh` installs the accelerator's jax and runs this once.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import re
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from benchmarks.throughput import final_return, machine, measure
+from benchmarks.common import env_steps, machine, mean_final_return, measure, write_json
 from jaxrl.algos import ppo
 
 
@@ -64,7 +65,7 @@ def bench(num_envs: int, seeds: int, num_steps: int, iterations: int, repeats: i
         compile_s, run_s, (_, metrics) = measure(train, key, repeats=repeats)
     else:
         compile_s, run_s, (_, metrics) = measure(jax.vmap(train), jax.random.split(key, seeds), repeats=repeats)
-    steps = seeds * config.num_iterations * config.batch_size
+    steps = env_steps(config, seeds)
     return {
         "num_envs": num_envs,
         "seeds": seeds,
@@ -74,9 +75,19 @@ def bench(num_envs: int, seeds: int, num_steps: int, iterations: int, repeats: i
         "compile_s": compile_s,
         "run_s": run_s,
         "steps_per_s": steps / run_s,
-        "final_return": final_return(metrics),
+        "final_return": mean_final_return(metrics["episode_return"]),
         "peak_memory_bytes": peak_memory_bytes(),
     }
+
+
+HEADER = "| num_envs | seeds | env steps | compile s | run s | env steps/s | final return |\n" + "|" + "---|" * 7
+
+
+def table_row(r: dict) -> str:
+    return (
+        f"| {r['num_envs']} | {r['seeds']} | {r['steps']:,} | {r['compile_s']:.1f} | {r['run_s']:.3f} | "
+        f"{r['steps_per_s'] / 1e6:.2f}M | {r['final_return']:.1f} |"
+    )
 
 
 def main(argv=None):
@@ -97,7 +108,6 @@ def main(argv=None):
     jax.block_until_ready(jax.jit(lambda x: x + 1)(jnp.ones(())))  # backend start-up is not timed
     device = device_info()
     out = Path(args.out or f"benchmarks/results/gpu_{device_slug(device['device_kind'])}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
     info = machine()
     rows, skipped = [], []
 
@@ -111,11 +121,20 @@ def main(argv=None):
             "results": rows,
             "skipped_over_budget": skipped,
         }
-        out.write_text(json.dumps(record, indent=2) + "\n")
+        write_json(out, record)
+        lines = [
+            f"{record['date']}, {device['device_kind']} ({device['platform']}, {device['device_count']} devices), "
+            f"jax {info['jax']}, {record['wall_s']:.0f} s",
+            "",
+            HEADER,
+            *map(table_row, rows),
+        ]
+        if skipped:
+            lines += ["", f"skipped over the {args.budget_s:.0f} s budget: {skipped}"]
+        out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
     print(f"device: {device['device_kind']} ({device['platform']}, {device['device_count']} devices)", flush=True)
-    print("| num_envs | seeds | env steps | compile s | run s | env steps/s | final return |", flush=True)
-    print("|---|---|---|---|---|---|---|", flush=True)
+    print(HEADER, flush=True)
     for num_envs in args.num_envs:
         for seeds in args.seeds:
             if time.perf_counter() - start > args.budget_s:
@@ -123,16 +142,12 @@ def main(argv=None):
                 continue
             r = bench(num_envs, seeds, args.num_steps, args.iterations, args.repeats)
             rows.append(r)
-            print(
-                f"| {num_envs} | {seeds} | {r['steps']:,} | {r['compile_s']:.1f} | {r['run_s']:.3f} | "
-                f"{r['steps_per_s'] / 1e6:.2f}M | {r['final_return']:.1f} |",
-                flush=True,
-            )
+            print(table_row(r), flush=True)
             write()
     write()
     if skipped:
         print(f"skipped over the {args.budget_s:.0f} s budget: {skipped}")
-    print(f"total {time.perf_counter() - start:.0f} s; wrote {out}")
+    print(f"total {time.perf_counter() - start:.0f} s; wrote {out} and {out.with_suffix('.md')}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """PPO vs GRPO (outcome, process, branching) vs off-policy GRPO (replay ratios 1, 4) at equal env-step budgets.
 
-For each environment and variant: `jit(vmap(make_train(config)))` over `--seeds` seeds, compile time measured
-apart from run time. Env steps are those executed (GRPO's masked steps after a member's episode ended count as
-spent; `valid` is the fraction that fed the loss). Throughput is set against the env-only limit of the same env
-batch in the same process: random actions through `jit(lax.scan)` of the VecEnv, vmapped over the seeds.
+For each environment and variant: `jit(vmap(make_train(config)))` over `--seeds` seeds, compile and run seconds as
+`benchmarks.common.measure` defines them (`lower().compile()`, then one call). Final return per seed:
+`jaxrl.run.report.final_return` (the last 10% of iterations). Env steps are those executed (GRPO's masked steps
+after a member's episode ended count as spent; `valid` is the fraction that fed the loss). Throughput is set against
+the env-only limit of the same env batch in the same process: random actions through `jit(lax.scan)` of the VecEnv,
+vmapped over the seeds.
 
-Outputs: a table on stdout, benchmarks/results/grpo_curves.json (per-iteration returns of every seed) and
-benchmarks/results/grpo_curves.png (mean and 95% bootstrap interval over seeds).
+Outputs: a table on stdout, benchmarks/results/grpo_curves.json (compact; the returns of every seed, binned into at
+most 200 groups of iterations) and benchmarks/results/grpo_curves.png (mean and 95% bootstrap interval over
+seeds).
 Usage: `python -m benchmarks.grpo_curves [--quick] [--envs CartPole-v1 ...] [--variants ppo grpo ...]`.
 """
 
@@ -17,31 +20,23 @@ import dataclasses
 import datetime
 import json
 import platform
-import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from benchmarks.common import binned_curve, env_steps, measure, write_json
+from benchmarks.suite import OVERRIDES
 from benchmarks.throughput import env_loop, random_act
 from jaxrl import envs
 from jaxrl import rollout as rollout_lib
 from jaxrl.algos import grpo, ppo
 from jaxrl.plot import bootstrap_interval
+from jaxrl.run.report import final_return
 
 RESULTS = Path(__file__).parent / "results"
 BUDGETS = {"CartPole-v1": 500_000, "Acrobot-v1": 500_000, "Pendulum-v1": 1_000_000}
-PPO_PENDULUM = dict(  # the README's Pendulum config
-    normalize_observations=True,
-    num_envs=16,
-    num_steps=128,
-    update_epochs=10,
-    num_minibatches=32,
-    learning_rate=1e-3,
-    gamma=0.95,
-    gae_lambda=0.9,
-    ent_coef=0.0,
-)
+PPO_PENDULUM = OVERRIDES[("ppo", "Pendulum-v1")]  # the README's Pendulum config
 VARIANTS = {
     "ppo": {},
     "grpo": {},
@@ -66,30 +61,19 @@ def env_only_steps_per_s(config, seeds: int, key) -> float:
     run = jax.vmap(env_loop(env, lambda _: random_act(env.spec), length), in_axes=(None, 0, 0))
     keys = jax.random.split(key, seeds)
     carries = jax.vmap(lambda k: rollout_lib.reset(env, k))(keys)
-    compiled = jax.jit(run).lower(None, carries, keys).compile()
-    best = float("inf")
-    for _ in range(2):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(None, carries, keys))
-        best = min(best, time.perf_counter() - start)
+    _, best, _ = measure(run, None, carries, keys, repeats=2)
     return length * config.num_envs * seeds / best
 
 
 def run_variant(variant: str, env: str, budget: int, seeds: int, key) -> dict:
     algo, config = make_config(variant, env, budget)
     keys = jax.random.split(key, seeds)
-    start = time.perf_counter()
-    compiled = jax.jit(jax.vmap(algo.make_train(config))).lower(keys).compile()
-    compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    _, metrics = jax.block_until_ready(compiled(keys))
-    run_s = time.perf_counter() - start
-    steps_per_iteration = config.num_envs * config.num_steps
-    steps = config.num_iterations * steps_per_iteration * seeds
+    compile_s, run_s, (_, metrics) = measure(jax.vmap(algo.make_train(config)), keys)
+    steps = env_steps(config, seeds)
     returns = np.asarray(metrics["episode_return"])  # [seeds, iterations]
-    last = max(1, returns.shape[1] // 10)
-    final = np.nanmean(returns[:, -last:], axis=1)
+    final = final_return(returns)
     mean, low, high = bootstrap_interval(final[:, None])
+    curve_steps, curve = binned_curve(returns, config.env_steps_per_iteration)
     env_only = env_only_steps_per_s(config, seeds, key)
     valid = np.asarray(metrics["valid_fraction"]).mean() if "valid_fraction" in metrics else 1.0
     return {
@@ -97,8 +81,8 @@ def run_variant(variant: str, env: str, budget: int, seeds: int, key) -> dict:
         "variant": variant,
         "config": {f.name: getattr(config, f.name) for f in dataclasses.fields(config)},
         "seeds": seeds,
-        "env_steps": [int(steps_per_iteration * (i + 1)) for i in range(returns.shape[1])],
-        "returns": returns.tolist(),
+        "env_steps": curve_steps,  # at the last iteration of each group
+        "returns": curve,  # [seeds, <= 200 groups of iterations], NaN where a seed completed no episode
         "final_per_seed": final.tolist(),
         "final_mean": float(mean[0]),
         "final_ci": [float(low[0]), float(high[0])],
@@ -173,7 +157,7 @@ def main() -> None:
         "jax": jax.__version__,
         "budgets": {env: BUDGETS.get(env, 500_000) // (10 if args.quick else 1) for env in args.envs},
     }
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
+    write_json(out.with_suffix(".json"), {"meta": meta, "rows": rows})
     plot(rows, out.with_suffix(".png"))
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
 

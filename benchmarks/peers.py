@@ -20,7 +20,7 @@ Measured, per library and algorithm:
     one `jax.jit(jax.vmap(train))` program, evaluated the same way in both: every `eval_every` env steps, the
     mean return of 128 fresh episodes of the current policy, actions sampled (PPO: from the policy; DQN:
     epsilon-greedy at 0.005). rejax: the evaluation its `train` returns at `eval_freq` (`rejax.evaluate`);
-    jaxrl: `init` + a `lax.scan` of (eval_every env steps of `update`, then `jaxrl.evaluate.evaluate`);
+    jaxrl: `init` + a `lax.scan` of (eval_every env steps of `update`, then `jaxrl.run.evaluate.evaluate`);
     jaxrl's own training-episode returns are reported alongside;
   * final return: the last evaluation, mean (and min) over the seeds;
   * time to threshold (`--threshold`, 475 by default): the env steps at which a seed's evaluation first reached
@@ -46,7 +46,7 @@ script reuses any `.venv-torch` where `import torch, gymnasium` works. If the in
 config over `gymnasium.vector.SyncVectorEnv`, one torch thread, `--torch-steps` env steps (its throughput does
 not depend on the run length), PPO only, no compile, no evaluation curve; its ratio is jaxrl / torch throughput.
 
-Output: a table of ratios, and `benchmarks/results/peers.json` (rewritten after every worker);
+Output: a table of ratios, and `benchmarks/results/peers.json` (compact; rewritten after every worker);
 `--report benchmarks/results/peers.json` prints its tables again.
 
 Measured (`python -m benchmarks.peers --seeds 4 --repeats 5 --torch-steps 32768`, 2-core AMD EPYC, load 1.4-5,
@@ -73,9 +73,9 @@ from pathlib import Path
 
 import jax
 
+from benchmarks.common import machine, write_json
 from benchmarks.peer_workers.jaxrl_worker import jaxrl_config
 from benchmarks.peer_workers.rejax_worker import rejax_config
-from benchmarks.throughput import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = Path(__file__).resolve().parent / "peer_workers"
@@ -198,6 +198,7 @@ def mapping_table(algo: str, config: dict) -> str:
     jaxrl_names = {
         "epochs": "update_epochs",
         "minibatches": "num_minibatches",
+        "batch_size": "replay_batch_size",
         "hidden": "hidden_sizes",
         "exploration_fraction": "epsilon_decay_fraction",
     }
@@ -385,26 +386,21 @@ def main(argv=None):
     rounds: list[dict] = []
 
     def write(summaries=None):
-        out.write_text(
-            json.dumps(
-                {
-                    "date": datetime.datetime.now().isoformat(timespec="seconds"),
-                    "machine": info,
-                    "args": vars(args),
-                    "configs": configs,
-                    "mapping": {
-                        a: {"jaxrl": jaxrl_config(a, configs[a]), "rejax": rejax_config(a, configs[a])}
-                        for a in args.algos
-                    },
-                    "torch": torch_message,
-                    "wall_s": time.perf_counter() - start,
-                    "rounds": rounds,
-                    "summary": summaries,
+        write_json(
+            out,
+            {
+                "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                "machine": info,
+                "args": vars(args),
+                "configs": configs,
+                "mapping": {
+                    a: {"jaxrl": jaxrl_config(a, configs[a]), "rejax": rejax_config(a, configs[a])} for a in args.algos
                 },
-                indent=2,
-                default=str,
-            )
-            + "\n"
+                "torch": torch_message,
+                "wall_s": time.perf_counter() - start,
+                "rounds": rounds,
+                "summary": summaries,
+            },
         )
 
     for round_index in range(args.repeats):

@@ -2,9 +2,10 @@
 seed, train throughput and compile time, written to benchmarks/results/spectrum_continuous.json.
 
 For each algorithm: `jax.jit(jax.vmap(algo.make_train(config)))` over `--seeds` seeds (one program), compiled with
-`.lower(keys).compile()` (tracing included in compile_s), then one timed call. steps_per_s counts env steps of all
-seeds per second of that call (each env step comes with updates_per_iteration / (num_envs * num_steps) gradient
-steps, here 1). final_return: per seed, the mean return of the episodes completed in the last 10% of iterations
+`.lower(keys).compile()` (tracing included in compile_s), then one timed call (`benchmarks.common.measure`).
+steps_per_s counts env steps of all seeds per second of that call (each env step comes with
+updates_per_iteration / (num_envs * num_steps) gradient steps, here 1). final_return: per seed,
+`jaxrl.run.report.final_return`, the mean return of the episodes completed in the last 10% of iterations
 (stochastic exploration policy); eval_return: per seed, the deterministic policy (`algo.evaluation_policy`) on
 `--eval-episodes` fresh episodes. `--mountaincar` adds MountainCarContinuous-v0 (SAC only; off by default: a
 sparse-reward exploration problem that needs a longer budget).
@@ -17,36 +18,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
-import os
-import platform
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
 
+from benchmarks.common import env_steps, machine, measure, write_json
 from jaxrl.algos import ddpg, sac, td3
-from jaxrl.evaluate import evaluate
+from jaxrl.run.evaluate import evaluate
+from jaxrl.run.report import final_return
 
 ALGOS = {"ddpg": ddpg, "td3": td3, "sac": sac}
 
 
-def final_returns(returns: np.ndarray) -> np.ndarray:
-    """[seeds] mean return of the episodes completed in the last 10% of iterations."""
-    last = returns[:, -max(1, returns.shape[1] // 10) :]
-    return np.array([np.nanmean(r) if np.isfinite(r).any() else np.nan for r in last])
-
-
-def measure(name: str, config, seeds: int, eval_episodes: int) -> dict:
+def run_algo(name: str, config, seeds: int, eval_episodes: int) -> dict:
     module = ALGOS[name]
     keys = jax.random.split(jax.random.key(0), seeds)
-    start = time.perf_counter()
-    compiled = jax.jit(jax.vmap(module.make_train(config))).lower(keys).compile()
-    compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    state, metrics = jax.block_until_ready(compiled(keys))
-    run_s = time.perf_counter() - start
+    compile_s, run_s, (state, metrics) = measure(jax.vmap(module.make_train(config)), keys)
 
     def evaluate_one(state, key):
         act, normalize = module.evaluation_policy(config, state, deterministic=True)
@@ -54,13 +42,13 @@ def measure(name: str, config, seeds: int, eval_episodes: int) -> dict:
 
     eval_keys = jax.random.split(jax.random.key(1), seeds)
     eval_return = np.asarray(jax.jit(jax.vmap(evaluate_one))(state, eval_keys))
-    final = final_returns(np.asarray(metrics["episode_return"]))
-    steps = seeds * config.num_iterations * config.steps_per_iteration
+    final = final_return(metrics["episode_return"])
+    steps = env_steps(config, seeds)
     row = {
         "algo": name,
         "env": config.env,
         "seeds": seeds,
-        "env_steps_per_seed": config.num_iterations * config.steps_per_iteration,
+        "env_steps_per_seed": env_steps(config),
         "gradient_steps_per_seed": config.num_iterations * config.updates_per_iteration,
         "final_return_per_seed": [round(float(x), 1) for x in final],
         "final_return_mean": round(float(np.nanmean(final)), 1),
@@ -96,27 +84,18 @@ def main() -> None:
         config = ALGOS[name].Config()
         if args.total_timesteps:
             config = dataclasses.replace(config, total_timesteps=args.total_timesteps)
-        results.append(measure(name, config, args.seeds, args.eval_episodes))
+        results.append(run_algo(name, config, args.seeds, args.eval_episodes))
     if args.mountaincar:
         config = sac.Config(env="MountainCarContinuous-v0", total_timesteps=args.total_timesteps or 50_000)
-        results.append(measure("sac", config, args.seeds, args.eval_episodes))
+        results.append(run_algo("sac", config, args.seeds, args.eval_episodes))
     out = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": {
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "jax": jax.__version__,
-            "devices": [str(d) for d in jax.devices()],
-            "load_average_1_5_15min": list(os.getloadavg()),
-        },
+        "machine": machine(),
         "args": vars(args),
         "wall_s": round(time.perf_counter() - start, 1),
         "results": results,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2, default=list))
+    write_json(args.out, out)
     print(f"wrote {args.out}")
 
 

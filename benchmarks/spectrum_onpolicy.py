@@ -2,10 +2,11 @@
 
 Each case trains `--seeds` seeds (keys `jax.random.split(jax.random.key(0), seeds)`, as the learning tests do) in
 one `jax.jit(jax.vmap(make_train(config)))` program. Compile seconds: `lower(keys).compile()` (tracing included);
-run seconds: one call of the compiled program; steps/s: env steps of all seeds / run seconds. The final return of
-a seed is the mean episode return over the last 5% of its iterations (at least 5). The persistent compilation
-cache is not used, so the compile seconds are cold ones. On a shared machine the load average (recorded) inflates
-both timings.
+run seconds: one call of the compiled program; steps/s: env steps of all seeds / run seconds (all as
+`benchmarks.common.measure` defines them). The final return of a seed is `jaxrl.run.report.final_return`: the mean
+episode return over the last 10% of its iterations (the JSON files written before it used the last 5%, at least 5).
+The persistent compilation cache is not used, so the compile seconds are cold ones. On a shared machine the load
+average (recorded) inflates both timings.
 
 Usage: `python -m benchmarks.spectrum_onpolicy [--seeds 3] [--out benchmarks/results/spectrum_onpolicy.json]`.
 """
@@ -15,16 +16,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import os
-import platform
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
 
+from benchmarks.common import env_steps, machine, measure, write_json
 from jaxrl.algos import a2c, reinforce, trpo
+from jaxrl.run.report import final_return, final_window
 
 CASES = [
     ("reinforce", reinforce, "CartPole-v1", {}),
@@ -49,16 +49,11 @@ CASES = [
 
 def run_case(algo, config, seeds: int) -> dict:
     keys = jax.random.split(jax.random.key(0), seeds)
-    start = time.perf_counter()
-    compiled = jax.jit(jax.vmap(algo.make_train(config))).lower(keys).compile()
-    compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    _, metrics = jax.block_until_ready(compiled(keys))
-    run_s = time.perf_counter() - start
+    compile_s, run_s, (_, metrics) = measure(jax.vmap(algo.make_train(config)), keys)
     returns = np.asarray(metrics["episode_return"])  # [seeds, iterations]
-    last = max(5, returns.shape[1] // 20)
-    final = np.nanmean(returns[:, -last:], axis=1)
-    steps = seeds * config.num_iterations * config.num_envs * config.num_steps
+    final = final_return(returns)
+    last = final_window(returns.shape[1])
+    steps = env_steps(config, seeds)
     return {
         "final_return_per_seed": [round(float(x), 1) for x in final],
         "final_return_mean": round(float(final.mean()), 1),
@@ -93,19 +88,12 @@ def main() -> None:
         results.append(row)
     out = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": {
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "jax": jax.__version__,
-            "devices": [str(d) for d in jax.devices()],
-        },
+        "machine": machine(),
         "seeds": args.seeds,
         "wall_s": round(time.perf_counter() - started, 1),
         "results": results,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    write_json(args.out, out)
     print(f"wrote {args.out} ({out['wall_s']} s)")
 
 

@@ -2,14 +2,15 @@
 in one `jit(vmap)` program, against the reference returns of gymnax's PPO baselines.
 
 For each (algorithm, environment): the algorithm's default Config with `env` and `total_timesteps` set (plus the
-overrides in `OVERRIDES`, configs found to work), compiled once, run once over `--seeds` seeds. Reported: final
-return (mean over the last 10% of iterations of each seed; mean over seeds and its 95% bootstrap interval), env
-steps, compile and run seconds, env steps/s, the reference return and whether the mean reached it.
+overrides in `OVERRIDES`, configs found to work), compiled once, run once over `--seeds` seeds (compile and run
+seconds as `benchmarks.common.measure` defines them). Reported: final return (`jaxrl.run.report.final_return` of
+each seed: the mean over its last 10% of iterations; mean over seeds and its 95% bootstrap interval), env steps,
+compile and run seconds, env steps/s, the reference return and whether the mean reached it.
 An algorithm that does not apply to an environment's action space (its `validate` raises) is listed as n/a.
 
-Outputs: a table on stdout and in benchmarks/results/suite[_quick].md, per-iteration returns of every seed in
-benchmarks/results/suite[_quick].json, and one learning-curve PNG per environment in
-benchmarks/results/suite[_quick]_<env>.png.
+Outputs: a table on stdout and in benchmarks/results/suite[_quick].md, the returns of every seed binned into at
+most 200 groups of iterations in benchmarks/results/suite[_quick].json (compact), and one learning-curve PNG per
+environment in benchmarks/results/suite[_quick]_<env>.png.
 
 The results files are rewritten after every row, and `--resume` keeps the rows already in them (same entry,
 env, budget at least as large), so an interrupted suite loses at most the row it was running.
@@ -31,15 +32,16 @@ import argparse
 import datetime
 import json
 import platform
-import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from benchmarks.common import binned_curve, env_steps, measure, write_json
 from jaxrl.algos import ALGORITHMS
-from jaxrl.configs import to_dict
+from jaxrl.algos.base import to_dict
 from jaxrl.plot import bin_iterations, bootstrap_interval
+from jaxrl.run.report import final_return
 
 RESULTS = Path(__file__).parent / "results"
 # env: (env-step budget, reference return of gymnax's PPO baselines at that budget)
@@ -108,7 +110,6 @@ OVERRIDES = {
 
 
 ENTRIES = [*ALGORITHMS, *VARIANTS]
-CURVE_POINTS = 200  # learning curves are stored as at most this many groups of iterations
 
 
 def make_config(entry: str, env: str, budget: int):
@@ -128,21 +129,12 @@ def budget_for(entry: str, env: str, fraction: float = 1.0) -> int:
 def run_one(entry: str, env: str, budget: int, seeds: int, seed: int = 0) -> dict:
     algo, config = make_config(entry, env, budget)
     keys = jax.random.split(jax.random.key(seed), seeds)
-    start = time.perf_counter()
-    compiled = jax.jit(jax.vmap(algo.make_train(config))).lower(keys).compile()
-    compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    _, metrics = jax.block_until_ready(compiled(keys))
-    run_s = time.perf_counter() - start
+    compile_s, run_s, (_, metrics) = measure(jax.vmap(algo.make_train(config)), keys)
     returns = np.asarray(metrics["episode_return"], float)  # [seeds, iterations], NaN where none ended
-    last = max(1, returns.shape[1] // 10)
-    with np.errstate(all="ignore"):
-        final = np.array([np.nanmean(r[-last:]) if np.isfinite(r[-last:]).any() else np.nan for r in returns])
+    final = final_return(returns)
     mean, low, high = bootstrap_interval(final[:, None])
-    steps_per_iteration = config.num_envs * config.num_steps
-    steps = config.num_iterations * steps_per_iteration
-    iteration_steps = steps_per_iteration * np.arange(1, returns.shape[1] + 1)
-    curve_steps, curve = bin_iterations(returns, iteration_steps, bins=CURVE_POINTS)
+    steps = env_steps(config)
+    curve_steps, curve = binned_curve(returns, config.env_steps_per_iteration)
     return {
         "algo": entry,
         "env": env,
@@ -155,8 +147,8 @@ def run_one(entry: str, env: str, budget: int, seeds: int, seed: int = 0) -> dic
         "compile_s": compile_s,
         "run_s": run_s,
         "steps_per_s": steps * seeds / run_s,
-        "curve_steps": curve_steps.tolist(),
-        "returns": curve.round(2).tolist(),  # [seeds, <= CURVE_POINTS]: binned iterations, NaN where none ended
+        "curve_steps": curve_steps,
+        "returns": curve,  # [seeds, <= 200]: binned iterations, NaN where none ended
         "config": to_dict(config),
     }
 
@@ -245,7 +237,7 @@ def write_results(out: Path, rows: list[dict], meta: dict) -> None:
     text = table(rows, references)
     summary = matrix(rows, references)
     out.with_suffix(".md").write_text(f"{meta['date']}, {meta['machine']}, jax {meta['jax']}\n\n{summary}\n\n{text}\n")
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, separators=(",", ":")))
+    write_json(out.with_suffix(".json"), {"meta": meta, "rows": rows})
     for env in dict.fromkeys(r["env"] for r in rows):
         ran = [r for r in rows if r["env"] == env and "skipped" not in r]
         if ran:

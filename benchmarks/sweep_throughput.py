@@ -35,7 +35,6 @@ if __name__ == "__main__":
     _force_devices(sys.argv[1:])
 
 import datetime  # noqa: E402
-import json  # noqa: E402
 import platform  # noqa: E402
 import resource  # noqa: E402
 import time  # noqa: E402
@@ -43,6 +42,7 @@ from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
 
+from benchmarks.common import env_steps, write_json  # noqa: E402
 from jaxrl import sweep  # noqa: E402
 from jaxrl.algos import ppo  # noqa: E402
 
@@ -55,7 +55,7 @@ def cpu_seconds() -> float:
 
 
 def prepare(points, seeds: int, devices, method: str) -> dict:
-    compiled, args, swp, _, _, compile_s = sweep._compile(points, seeds, 0, None, devices, method)
+    compiled, args, swp, _, _, compile_s = sweep.compile_program(points, seeds, 0, None, devices, method)
     config = swp.base
     runs = len(swp) * seeds
     return {
@@ -65,7 +65,7 @@ def prepare(points, seeds: int, devices, method: str) -> dict:
         "runs": runs,
         "devices": len(devices),
         "method": method,
-        "env_steps": runs * config.num_iterations * config.batch_size,
+        "env_steps": env_steps(config, runs),
         "compile_s": round(compile_s, 2),
         "run_s": float("inf"),
     }
@@ -168,8 +168,7 @@ def main(argv=None) -> int:
         "rows": rows,
         "table": lines,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2))
+    write_json(args.out, out)
     print(f"wrote {args.out}")
     return 0
 

@@ -14,8 +14,9 @@ limits measured for their own shape (num_envs, iterations x num_steps) in the sa
   (vt) training: `make_train(config)`; its ratios to (v1) (`vs_a`) and to (v0) (`vs_env`).
 `--algos` picks the algorithms (default: all).
 
-Compile seconds: `jax.jit(f).lower(*args).compile()` (tracing included). Run seconds: the best of
-`--repeats` calls of the compiled function. Usage: `python -m benchmarks.throughput [--quick]`.
+Compile and run seconds as `benchmarks.common.measure` defines them: `jax.jit(f).lower(*args).compile()` (tracing
+included), and the best of `--repeats` calls of the compiled function. Final return: `jaxrl.run.report.final_return`
+(the last 10% of iterations), averaged over seeds. Usage: `python -m benchmarks.throughput [--quick]`.
 """
 
 from __future__ import annotations
@@ -23,16 +24,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
-import os
-import platform
 import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from benchmarks.common import env_steps, machine, mean_final_return, measure, write_json
 from jaxrl import rollout as rollout_lib
 from jaxrl.algos import dqn, ppo, pqn, sarsa
 
@@ -49,19 +47,6 @@ PUREJAXRL = dict(
     clip_value_loss=True,
     ent_coef=0.01,
 )
-
-
-def measure(fn, *args, repeats: int = 2):
-    """Returns (compile_s, run_s, output): lower+compile time, and the best of `repeats` compiled calls."""
-    start = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    compile_s = time.perf_counter() - start
-    run_s = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = jax.block_until_ready(compiled(*args))
-        run_s = min(run_s, time.perf_counter() - start)
-    return compile_s, run_s, out
 
 
 def random_act(spec):
@@ -113,12 +98,6 @@ def rollout_loop(config: ppo.Config, iterations: int):
     return run
 
 
-def final_return(metrics) -> float:
-    """Mean episode return over the last 10 iterations (and over seeds when vmapped); NaN where none ended."""
-    returns = np.asarray(metrics["episode_return"])[..., -10:]
-    return float(np.nanmean(returns)) if np.isfinite(returns).any() else float("nan")
-
-
 def row(case, num_envs, steps, compile_s, run_s, **extra):
     return {
         "case": case,
@@ -166,7 +145,8 @@ def bench_num_envs(args, num_envs: int, key) -> list[dict]:
         **extra,
     )
     compile_s, run_s, (_, metrics) = measure(ppo.make_train(config), key, repeats=args.repeats)
-    c = row("c PPO train", num_envs, steps, compile_s, run_s, final_return=final_return(metrics), **extra)
+    final = mean_final_return(metrics["episode_return"])
+    c = row("c PPO train", num_envs, steps, compile_s, run_s, final_return=final, **extra)
     for r in (a0, a, b, c):
         r["vs_a"] = r["steps_per_s"] / a["steps_per_s"]
     c["rollout_share"] = b["run_s"] / c["run_s"]  # fraction of training time spent in the rollout phase
@@ -176,7 +156,7 @@ def bench_num_envs(args, num_envs: int, key) -> list[dict]:
 def bench_purejaxrl(args, key) -> list[dict]:
     config = ppo.Config(env=args.env, **PUREJAXRL)
     train = ppo.make_train(config)
-    steps = config.num_iterations * config.batch_size
+    steps = env_steps(config)
     compile_s, run_s, (_, metrics) = measure(train, key, repeats=args.repeats)
     d = row(
         "d PPO, PureJaxRL config",
@@ -184,7 +164,7 @@ def bench_purejaxrl(args, key) -> list[dict]:
         steps,
         compile_s,
         run_s,
-        final_return=final_return(metrics),
+        final_return=mean_final_return(metrics["episode_return"]),
         iterations=config.num_iterations,
         num_steps=config.num_steps,
     )
@@ -198,7 +178,7 @@ def bench_purejaxrl(args, key) -> list[dict]:
         seeds * steps,
         compile_s,
         run_s,
-        final_return=final_return(metrics),
+        final_return=mean_final_return(metrics["episode_return"]),
         iterations=config.num_iterations,
         num_steps=config.num_steps,
         seeds=seeds,
@@ -215,7 +195,7 @@ def bench_value(args, name: str, key) -> list[dict]:
     if args.value_steps:
         config = dataclasses.replace(config, total_timesteps=args.value_steps)
     module.validate(config)
-    steps = config.num_iterations * config.num_envs * config.num_steps
+    steps = env_steps(config)
     env = module.make_env(config)
     network = module.make_network(config, env.spec)
     state = module.init(config, key)
@@ -241,32 +221,11 @@ def bench_value(args, name: str, key) -> list[dict]:
     )
     compile_s, run_s, (_, metrics) = measure(module.make_train(config), key, repeats=args.repeats)
     vt = row(f"vt {name.upper()} train", config.num_envs, steps, compile_s, run_s, **extra)
-    vt["final_return"] = final_return(metrics)
+    vt["final_return"] = mean_final_return(metrics["episode_return"])
     for r in (v0, v1, vt):
         r["vs_a"] = r["steps_per_s"] / v1["steps_per_s"]
         r["vs_env"] = r["steps_per_s"] / v0["steps_per_s"]
     return [v0, v1, vt]
-
-
-def machine() -> dict:
-    processor = platform.processor()
-    try:
-        processor = (
-            next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-            or processor
-        )
-    except (OSError, StopIteration):
-        pass
-    return {
-        "processor": processor,
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "devices": [str(d) for d in jax.devices()],
-        # other work on the machine slows every row; the ratios within one run suffer less
-        "load_average_1_5_15min": list(os.getloadavg()),
-    }
 
 
 def fmt(value, spec):
@@ -353,18 +312,15 @@ def main(argv=None):
         print(table(new).split("\n", 2)[2], flush=True)
         rows += new
         wall_s = time.perf_counter() - start  # the JSON is rewritten after each section, so a stall loses one
-        out.write_text(
-            json.dumps(
-                {
-                    "date": datetime.datetime.now().isoformat(timespec="seconds"),
-                    "machine": info,
-                    "args": vars(args),
-                    "wall_s": wall_s,
-                    "results": rows,
-                },
-                indent=2,
-            )
-            + "\n"
+        write_json(
+            out,
+            {
+                "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                "machine": info,
+                "args": vars(args),
+                "wall_s": wall_s,
+                "results": rows,
+            },
         )
 
     print(

@@ -2,9 +2,10 @@
 Acrobot-v1: 3 seeds per (algorithm, env) as one `jit(vmap(make_train(config)))` program, default configs except
 the env and the budget.
 
-Per row: the final return of each seed (the mean return of the episodes completed in the last 10% of iterations;
-training episodes, so under the final epsilon), their mean, env steps/s of the vmapped run (all seeds' steps over
-the run's wall seconds, compile excluded) and the compile seconds (`lower().compile()`, tracing included).
+Per row: the final return of each seed (`jaxrl.run.report.final_return`: the mean return of the episodes completed
+in the last 10% of iterations; training episodes, so under the final epsilon), their mean, env steps/s of the
+vmapped run (all seeds' steps over the run's wall seconds, compile excluded) and the compile seconds
+(`lower().compile()`, tracing included; both timed by `benchmarks.common.measure`).
 Usage: `python -m benchmarks.value_family [--algos dqn pqn sarsa] [--envs CartPole-v1] [--quick]`.
 """
 
@@ -13,17 +14,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import os
-import platform
 import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from benchmarks.common import env_steps, machine, measure, write_json
 from jaxrl.algos import dqn, pqn, sarsa
-from jaxrl.configs import to_dict
+from jaxrl.algos.base import to_dict
+from jaxrl.run.report import final_return
 
 ALGOS = {
     "dqn": (dqn, {}),
@@ -38,35 +39,22 @@ BUDGETS = {
 }
 
 
-def final_returns(metrics) -> np.ndarray:
-    """Per seed: the mean return of the episodes completed in the last 10% of iterations (NaN if none)."""
-    returns = np.asarray(metrics["episode_return"])  # [seeds, iterations]
-    tail = returns[:, -max(1, returns.shape[1] // 10) :]
-    with np.errstate(all="ignore"):
-        return np.array([np.nanmean(r) if np.isfinite(r).any() else np.nan for r in tail])
-
-
 def run(algo: str, env: str, steps: int, seeds: int, seed: int) -> dict:
     module, overrides = ALGOS[algo]
     config = dataclasses.replace(module.Config(), env=env, total_timesteps=steps, **overrides)
     keys = jax.random.split(jax.random.key(seed), seeds)
-    start = time.perf_counter()
-    compiled = jax.jit(jax.vmap(module.make_train(config))).lower(keys).compile()
-    compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    _, metrics = jax.block_until_ready(compiled(keys))
-    run_s = time.perf_counter() - start
-    env_steps = config.num_iterations * config.num_envs * config.num_steps
-    final = final_returns(metrics)
+    compile_s, run_s, (_, metrics) = measure(jax.vmap(module.make_train(config)), keys)
+    per_seed = env_steps(config)
+    final = final_return(metrics["episode_return"])  # [seeds]
     return {
         "algo": algo,
         "env": env,
-        "env_steps_per_seed": env_steps,
+        "env_steps_per_seed": per_seed,
         "seeds": seeds,
         "final_return_per_seed": final.tolist(),
         "final_return_mean": float(np.nanmean(final)),
         "final_return_std": float(np.nanstd(final)),
-        "steps_per_s": seeds * env_steps / run_s,
+        "steps_per_s": seeds * per_seed / run_s,
         "run_s": run_s,
         "compile_s": compile_s,
         "num_envs": config.num_envs,
@@ -105,32 +93,23 @@ def main(argv=None):
     scale = 0.1 if args.quick else args.scale
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    info = {
-        "processor": platform.processor(),
-        "cpu_count": os.cpu_count(),
-        "jax": jax.__version__,
-        "devices": [str(d) for d in jax.devices()],
-        "load_average_1_5_15min_at_start": list(os.getloadavg()),
-    }
+    info = machine()
+    info["load_average_1_5_15min_at_start"] = info.pop("load_average_1_5_15min")
     rows, start = [], time.perf_counter()
     for env in args.envs:
         for algo in args.algos:
             r = run(algo, env, int(BUDGETS[env][algo] * scale), args.seeds, args.seed)
             print(table([r]).split("\n", 2)[2], flush=True)
             rows.append(r)
-            out.write_text(  # rewritten after each row, so a stall loses one
-                json.dumps(
-                    {
-                        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-                        "machine": {**info, "load_average_1_5_15min_now": list(os.getloadavg())},
-                        "args": vars(args),
-                        "wall_s": time.perf_counter() - start,
-                        "results": rows,
-                    },
-                    indent=2,
-                )
-                + "\n"
+            write_json(  # rewritten after each row, so a stall loses one
+                out,
+                {
+                    "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                    "machine": {**info, "load_average_1_5_15min_now": list(os.getloadavg())},
+                    "args": vars(args),
+                    "wall_s": time.perf_counter() - start,
+                    "results": rows,
+                },
             )
     print(f"\n## jaxrl value-based family ({datetime.date.today()}; {info['cpu_count']} CPUs; jax {info['jax']})\n")
     print(table(rows))

@@ -1,8 +1,10 @@
-"""jaxrl: reinforcement learning compiled end to end in JAX."""
+"""jaxrl: reinforcement learning compiled end to end in JAX.
 
-from jaxrl import envs, estimators, losses, networks, rollout, sweep
+`jaxrl.run` is the runner package (`jaxrl.run.loop`, `.report`, `.checkpoint`, ...); `jaxrl.run.run(ppo, config,
+seeds=4)` trains in compiled chunks with checkpoints and logs."""
+
+from jaxrl import envs, estimators, losses, networks, rollout, run, sweep
 from jaxrl.algos import ALGORITHMS, dqn, grpo, ppo, pqn
-from jaxrl.train import run
 
 __all__ = [
     "ALGORITHMS",

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from jaxrl.algos import ALGORITHMS
-from jaxrl.configs import to_dict
+from jaxrl.algos.base import to_dict
+from jaxrl.run.report import FINAL_FRACTION, final_window
 
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "jaxrl", "xla")
 
@@ -36,8 +37,8 @@ def _int_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
 
 
-def add_config_flags(parser: argparse.ArgumentParser, config_cls) -> None:
-    group = parser.add_argument_group(f"{config_cls.__module__.rsplit('.', 1)[-1]} config")
+def add_config_flags(parser: argparse.ArgumentParser, config_cls, title: str = "algorithm") -> None:
+    group = parser.add_argument_group(f"{title} config")
     for field in dataclasses.fields(config_cls):
         flag = "--" + field.name.replace("_", "-")
         help_text = f"{field.metadata.get('help', '')} (default: {field.default})"
@@ -87,8 +88,8 @@ def evaluate_run(run_dir: Path, episodes: int, seed: int) -> int:
     import jax
     import numpy as np
 
-    from jaxrl import checkpoint
-    from jaxrl.evaluate import evaluate
+    from jaxrl.run import checkpoint
+    from jaxrl.run.evaluate import evaluate
 
     module, config, seeds, base_seed = load_run_config(run_dir)
     saved = json.loads((run_dir / "config.json").read_text())
@@ -174,14 +175,14 @@ def sweep_from_args(module, base, args):
     return sweep.grid(base, **values) if values else sweep.from_points(base, [{}])
 
 
-def sweep_summary(results, last: int = 5) -> list[dict]:
-    """Per config: its point, the final return (mean over the last `last` iterations) averaged over seeds,
-    and its 95% bootstrap interval over seeds."""
+def sweep_summary(results, fraction: float = FINAL_FRACTION) -> list[dict]:
+    """Per config: its point, the final return (`jaxrl.run.report.final_return`: the mean over the last
+    `fraction` of iterations) averaged over seeds, and its 95% bootstrap interval over seeds."""
     import numpy as np
 
     from jaxrl.plot import bootstrap_interval
 
-    final = results.final("episode_return", last)  # [C, S]
+    final = results.final("episode_return", fraction)  # [C, S]
     mean, low, high = bootstrap_interval(final.T)
     rows = []
     for c, point in enumerate(results.points):
@@ -269,7 +270,7 @@ def run_sweep(args) -> int:
         return 0
     out = Path(args.out)
     results.to_csv(out / "results.csv")
-    rows = sweep_summary(results, args.last)
+    rows = sweep_summary(results, args.final_fraction)
     with open(out / "summary.csv", "w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -289,7 +290,8 @@ def run_sweep(args) -> int:
     (out / "sweep.json").write_text(json.dumps(info, indent=2))
     print(format_sweep_summary(rows, points.names))
     print(
-        f"final return: mean of the last {args.last} iterations per seed; interval: 95% bootstrap over seeds\n"
+        f"final return: mean of the last {final_window(len(results.env_steps), args.final_fraction)} iteration(s) "
+        f"({args.final_fraction:.0%}) per seed; interval: 95% bootstrap over seeds\n"
         f"compile {results.compile_s:.2f} s, run {results.run_s:.2f} s ({results.steps_per_second:,.0f} env steps/s, "
         f"all runs; {results.num_devices} device(s), {results.num_processes} process(es))\n"
         f"results           {out / 'results.csv'}\n"
@@ -298,8 +300,10 @@ def run_sweep(args) -> int:
     return 0
 
 
-def add_sweep_parser(commands) -> None:
-    parser = commands.add_parser("sweep", help="train a grid or random sweep x seeds in one compiled program")
+def algorithm_parsers(commands, command: str, help: str):
+    """One sub-parser per registered algorithm under `jaxrl COMMAND`: yields (parser, name, algorithm); the
+    Config flags are added after the caller's own groups."""
+    parser = commands.add_parser(command, help=help)
     algos = parser.add_subparsers(dest="algo", required=True, metavar="ALGO")
     for name, module in ALGORITHMS.items():
         sub = algos.add_parser(
@@ -307,6 +311,13 @@ def add_sweep_parser(commands) -> None:
             help=(module.__doc__ or "").strip().splitlines()[0],
             formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         )
+        yield sub, name, module
+        add_config_flags(sub, module.Config, name)
+
+
+def add_sweep_parser(commands) -> None:
+    help_text = "train a grid or random sweep x seeds in one compiled program"
+    for sub, _, _ in algorithm_parsers(commands, "sweep", help_text):
         group = sub.add_argument_group("sweep")
         group.add_argument(
             "--grid",
@@ -326,7 +337,12 @@ def add_sweep_parser(commands) -> None:
         group.add_argument("--seeds", type=int, default=4, help="seeds per config")
         group.add_argument("--seed", type=int, default=0, help="base random seed of the training runs")
         group.add_argument("--out", default="sweep", help="folder for results.csv, summary.csv and sweep.json")
-        group.add_argument("--last", type=int, default=5, help="iterations averaged into a run's final return")
+        group.add_argument(
+            "--final-fraction",
+            type=float,
+            default=FINAL_FRACTION,
+            help="fraction of the last iterations averaged into a run's final return",
+        )
         group.add_argument("--method", default="jit", choices=["jit", "shard_map"], help="how the batch is sharded")
         group.add_argument("--devices", type=int, default=None, help="shard over the first N devices (default: all)")
         group.add_argument(
@@ -342,7 +358,6 @@ def add_sweep_parser(commands) -> None:
             default=DEFAULT_CACHE,
             help="folder of JAX's persistent compilation cache; 'none' turns it off",
         )
-        add_config_flags(sub, module.Config)
 
 
 def _sweep_table(path: str) -> Path | None:
@@ -365,7 +380,7 @@ def plot_command(args) -> int:
         if tables:
             if len(tables) != 1 or len(args.run_dirs) > (0 if args.sensitivity else 1):
                 raise ValueError("plot one sweep table at a time, and not together with run folders.")
-            print(sensitivity(tables[0], args.out or "sensitivity.png", args.metric, args.last))
+            print(sensitivity(tables[0], args.out or "sensitivity.png", args.metric, args.final_fraction))
         elif args.run_dirs:
             print(learning_curves(args.run_dirs, args.out or "learning_curves.png", args.metric, args.x))
         else:
@@ -379,14 +394,7 @@ def plot_command(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxrl", description="Reinforcement learning compiled end to end in JAX.")
     commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="train an agent; writes a run folder and prints a summary")
-    algos = train.add_subparsers(dest="algo", required=True, metavar="ALGO")
-    for name, module in ALGORITHMS.items():
-        sub = algos.add_parser(
-            name,
-            help=(module.__doc__ or "").strip().splitlines()[0],
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        )
+    for sub, _, _ in algorithm_parsers(commands, "train", "train an agent; writes a run folder and prints a summary"):
         run_group = sub.add_argument_group("run")
         run_group.add_argument("--seeds", type=int, default=1, help="seeds trained in parallel (one vmapped program)")
         run_group.add_argument("--seed", type=int, default=0, help="base random seed")
@@ -427,7 +435,6 @@ def build_parser() -> argparse.ArgumentParser:
             default=DEFAULT_CACHE,
             help="folder of JAX's persistent compilation cache; 'none' turns it off",
         )
-        add_config_flags(sub, module.Config)
     add_sweep_parser(commands)
     evaluate = commands.add_parser("eval", help="evaluate a run's latest checkpoint on fresh episodes")
     evaluate.add_argument("run_dir", help="run folder (with config.json and checkpoints/)")
@@ -452,7 +459,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plot.add_argument("--metric", default="episode_return", help="metric column on the y axis")
     plot.add_argument("--x", default="env_steps", choices=["env_steps", "wall_s"], help="x axis of learning curves")
-    plot.add_argument("--last", type=int, default=5, help="sensitivity: iterations averaged into a final value")
+    plot.add_argument(
+        "--final-fraction",
+        type=float,
+        default=FINAL_FRACTION,
+        help="sensitivity: fraction of the last iterations averaged into a run's final value",
+    )
     return parser
 
 
@@ -464,8 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         return plot_command(args)
     if args.command == "eval":
         return evaluate_run(Path(args.run_dir), args.episodes, args.seed)
-    from jaxrl import checkpoint
-    from jaxrl import train as runner
+    from jaxrl.run import checkpoint, loop, report
 
     module = ALGORITHMS[args.algo]
     if args.compile_cache.lower() != "none":
@@ -486,10 +497,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         run_dir = Path(args.resume)
     else:
-        run_dir = Path(args.run_dir) if args.run_dir else runner.make_run_dir(args.runs_dir, args.algo, config)
+        run_dir = Path(args.run_dir) if args.run_dir else loop.make_run_dir(args.runs_dir, args.algo, config)
     sinks = []
     if args.wandb:
-        from jaxrl.logging import WandbSink
+        from jaxrl.run.logging import WandbSink
 
         try:
             sinks.append(WandbSink(args.wandb, name=run_dir.name, config={"algo": args.algo, **to_dict(config)}))
@@ -497,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"jaxrl: error: {error}", file=sys.stderr)
             return 2
     try:
-        result = runner.run(
+        result = loop.run(
             module,
             config,
             seeds=args.seeds,
@@ -511,23 +522,22 @@ def main(argv: list[str] | None = None) -> int:
             eval_every=args.eval_every,
             eval_episodes=args.eval_episodes,
             sinks=sinks,
+            target_return=args.target_return,
         )
-    except runner.Interrupted as stop:
+    except loop.Interrupted as stop:
         print(
             f"jaxrl: interrupted after iteration {stop.iteration}; checkpoint and metrics saved in {run_dir}. "
             f"Continue with: jaxrl train {args.algo} --resume {run_dir}",
             file=sys.stderr,
         )
         return 130
-    except runner.Divergence as error:
+    except loop.Divergence as error:
         print(f"jaxrl: error: {error}", file=sys.stderr)
         return 3
     except (checkpoint.CheckpointError, ValueError) as error:
         print(f"jaxrl: error: {error}", file=sys.stderr)
         return 2
-    info = runner.summary(result, args.target_return)
-    (run_dir / "summary.json").write_text(json.dumps(info, indent=2))
-    print(runner.format_summary(info))
+    print(report.format_summary(report.summary(result, args.target_return)))
     print(f"run folder          {run_dir}")
     return 0
 

@@ -187,6 +187,20 @@ class ClipAction(Wrapper):
         return self.inner.step(key, state, jnp.clip(action, self.spec.action_low, self.spec.action_high))
 
 
+class ScaleAction(Wrapper):
+    """Takes continuous actions u in the normalised box [-1, 1]^A and applies a = low + (u + 1) (high - low) / 2
+    to the wrapped env, so actors, critics, replay and exploration noise work in units of the half-range for any
+    Box bounds (DDPG, TD3, SAC)."""
+
+    def step(self, key, state, action):
+        return self.inner.step(key, state, scale_action(action, self.spec))
+
+
+def scale_action(u: jax.Array, spec: EnvSpec) -> jax.Array:
+    """[-1, 1]^A -> [low, high]."""
+    return spec.action_low + 0.5 * (u + 1.0) * (spec.action_high - spec.action_low)
+
+
 def observation_normalizer(env_state):
     """The observation normalisation of a wrapped env's state (`RunningMeanStd.normalize`), or identity."""
     while env_state is not None:

@@ -73,28 +73,8 @@ def approx_kl(log_prob: jax.Array, behaviour_log_prob: jax.Array) -> jax.Array:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Value-based TD errors. Per element over any leading batch shape `[...]`; action values `q_t` carry a trailing
-# action axis `[..., A]`. `terminated_t` (s_t is terminal) zeroes the bootstrap; a truncated transition bootstraps
-# as usual, which is right when `q_t` was computed on the true final observation (`Trajectory.next_obs`).
-# Each returns the TD error `target - q_tm1_a` with the target under `stop_gradient` (as rlax does by default),
-# so minimising `huber(td)` or `l2(td)` moves only Q(s_tm1, a_tm1). `gamma` is a scalar (may be traced).
+# Value-based losses: Q(s, a) of action values and the losses of a TD error.
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def _check_td(q_tm1_a, r_t, terminated_t, gamma, action_arrays=(), aligned=()):
-    chex.assert_equal_shape([q_tm1_a, r_t, terminated_t, *aligned])
-    chex.assert_type([q_tm1_a, r_t], float)
-    chex.assert_rank(gamma, 0)
-    for q in action_arrays:
-        chex.assert_type(q, float)
-        chex.assert_rank(q, r_t.ndim + 1)
-        chex.assert_equal_shape_prefix([q, r_t], r_t.ndim)
-    chex.assert_equal_shape(list(action_arrays))
-
-
-def _td_error(q_tm1_a, r_t, terminated_t, v_t, gamma):
-    target = r_t + gamma * (1.0 - terminated_t.astype(jnp.float32)) * v_t
-    return jax.lax.stop_gradient(target) - q_tm1_a
 
 
 def action_value(q: jax.Array, actions: jax.Array) -> jax.Array:
@@ -102,57 +82,6 @@ def action_value(q: jax.Array, actions: jax.Array) -> jax.Array:
     chex.assert_rank(q, actions.ndim + 1)
     chex.assert_type(actions, int)
     return jnp.take_along_axis(q, actions[..., None].astype(jnp.int32), axis=-1)[..., 0]
-
-
-def q_learning_td(q_tm1_a: jax.Array, r_t: jax.Array, terminated_t: jax.Array, q_t: jax.Array, gamma) -> jax.Array:
-    """Q-learning TD error (Watkins 1989, "Learning from Delayed Rewards"; Watkins & Dayan 1992):
-
-        delta = r_t + gamma (1 - terminated_t) max_a q_t[a] - q_tm1_a
-
-    Args: q_tm1_a = Q(s_tm1, a_tm1) [...]; r_t [...]; terminated_t [...] bool or float; q_t = Q(s_t, .) [..., A]
-    (in DQN from the target network, Mnih et al. 2015); gamma scalar.
-    """
-    _check_td(q_tm1_a, r_t, terminated_t, gamma, [q_t])
-    return _td_error(q_tm1_a, r_t, terminated_t, q_t.max(-1), gamma)
-
-
-def double_q_learning_td(
-    q_tm1_a: jax.Array, r_t: jax.Array, terminated_t: jax.Array, q_t_target: jax.Array, q_t_online: jax.Array, gamma
-) -> jax.Array:
-    """Double Q-learning TD error (van Hasselt, Guez & Silver 2016, "Deep Reinforcement Learning with Double
-    Q-learning", eq. 4): the online network selects the action, the target network evaluates it,
-
-        delta = r_t + gamma (1 - terminated_t) q_t_target[argmax_a q_t_online[a]] - q_tm1_a
-
-    Ties in the argmax go to the first action (as `jnp.argmax` and rlax).
-    """
-    _check_td(q_tm1_a, r_t, terminated_t, gamma, [q_t_target, q_t_online])
-    v_t = action_value(q_t_target, jnp.argmax(q_t_online, axis=-1))
-    return _td_error(q_tm1_a, r_t, terminated_t, v_t, gamma)
-
-
-def sarsa_td(
-    q_tm1_a: jax.Array, r_t: jax.Array, terminated_t: jax.Array, q_t: jax.Array, a_t: jax.Array, gamma
-) -> jax.Array:
-    """SARSA TD error (Rummery & Niranjan 1994; Sutton & Barto 2018, Sec. 6.4), bootstrapping on the action
-    a_t actually taken in s_t:
-
-        delta = r_t + gamma (1 - terminated_t) q_t[a_t] - q_tm1_a
-    """
-    _check_td(q_tm1_a, r_t, terminated_t, gamma, [q_t], [a_t])
-    return _td_error(q_tm1_a, r_t, terminated_t, action_value(q_t, a_t), gamma)
-
-
-def expected_sarsa_td(
-    q_tm1_a: jax.Array, r_t: jax.Array, terminated_t: jax.Array, q_t: jax.Array, probs_t: jax.Array, gamma
-) -> jax.Array:
-    """Expected SARSA TD error (van Seijen, van Hasselt, Whiteson & Wiering 2009, "A Theoretical and Empirical
-    Analysis of Expected Sarsa"), bootstrapping on the expectation under the policy's probabilities in s_t:
-
-        delta = r_t + gamma (1 - terminated_t) sum_a probs_t[a] q_t[a] - q_tm1_a
-    """
-    _check_td(q_tm1_a, r_t, terminated_t, gamma, [q_t, probs_t])
-    return _td_error(q_tm1_a, r_t, terminated_t, (probs_t * q_t).sum(-1), gamma)
 
 
 def huber(x: jax.Array, delta=1.0) -> jax.Array:
@@ -186,3 +115,11 @@ def policy_gradient_loss(log_prob: jax.Array, behaviour_log_prob: jax.Array, adv
     """
     chex.assert_equal_shape([log_prob, behaviour_log_prob, advantages])
     return -jnp.exp(log_prob - behaviour_log_prob) * jax.lax.stop_gradient(advantages)
+
+
+def critic_loss(q: jax.Array, targets: jax.Array) -> jax.Array:
+    """sum_k mean_b (Q_k(o_b, a_b) - y_b)^2 over K critics q [K, B] and fixed targets y [B]: every critic
+    regresses on the same target, as in TD3 (Fujimoto et al. 2018) and SAC (Haarnoja et al. 2018)."""
+    chex.assert_rank(q, 2)
+    chex.assert_equal_shape([q[0], targets])
+    return jnp.sum(jnp.mean((q - jax.lax.stop_gradient(targets)) ** 2, axis=-1))

@@ -1,4 +1,11 @@
-"""Trust-region helpers (TRPO, natural policy gradient): conjugate gradient with a function operator, Fisher-vector
+"""Optimisers and the learning-rate schedule every algorithm uses, and trust-region helpers (TRPO, natural
+policy gradient).
+
+The schedule: `learning_rate_schedule(lr, anneal, updates_per_iteration, num_iterations)` is the constant lr, or
+with `anneal` the linear decay lr (1 - i / num_iterations) held through iteration i (i = the optimiser's step
+count // updates_per_iteration), as PureJaxRL and CleanRL anneal PPO. Every Config's `anneal_lr` means this.
+
+Trust-region helpers (TRPO, natural policy gradient): conjugate gradient with a function operator, Fisher-vector
 products of a KL divergence that never materialise the Fisher matrix, and a backtracking line search. All are pure
 and traceable: they run inside `jax.jit`, `lax.scan` and `jax.vmap`.
 """
@@ -9,6 +16,37 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import optax
+
+OPTIMIZERS = ("adam", "rmsprop", "radam")
+
+
+def learning_rate_schedule(learning_rate, anneal: bool, updates_per_iteration: int, num_iterations: int):
+    """The optax schedule `count -> lr` (or the constant `learning_rate` without `anneal`): during iteration
+    i = count // updates_per_iteration, lr (1 - i / num_iterations), so the last iteration trains at
+    lr / num_iterations and every gradient step of one iteration uses the same rate."""
+    if not anneal:
+        return learning_rate
+
+    def schedule(count):
+        done = (count // updates_per_iteration) / num_iterations
+        return learning_rate * (1.0 - done)
+
+    return schedule
+
+
+def clipped_optimizer(name: str, learning_rate, max_grad_norm, eps: float = 1e-5) -> optax.GradientTransformation:
+    """Global-norm gradient clipping at `max_grad_norm`, then Adam (`eps`), RMSprop (decay 0.99, `eps`, as A2C in
+    Stable-Baselines3) or RAdam (Liu et al. 2020; optax's defaults), at `learning_rate` (a number or a schedule)."""
+    if name == "adam":
+        scale = optax.adam(learning_rate, eps=eps)
+    elif name == "rmsprop":
+        scale = optax.rmsprop(learning_rate, decay=0.99, eps=eps)
+    elif name == "radam":
+        scale = optax.radam(learning_rate)
+    else:
+        raise ValueError(f"optimizer {name!r} is not one of {', '.join(OPTIMIZERS)}.")
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), scale)
 
 
 def tree_vdot(a, b) -> jax.Array:

@@ -10,6 +10,20 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxrl.run.report import FINAL_FRACTION, final_return
+
+
+def _save(fig, out: str | Path) -> Path:
+    """Writes `fig` to the PNG `out` (making its folder) and closes it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
 
 def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
     """{column: [seeds, iterations]} from a run folder's metrics.csv."""
@@ -80,18 +94,14 @@ def learning_curves(
     ax.set_title(f"{metric.replace('_', ' ')}: mean and 95% bootstrap interval over seeds")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
-def read_sweep(path: str | Path, metric: str = "episode_return", last: int = 5):
+def read_sweep(path: str | Path, metric: str = "episode_return", fraction: float = FINAL_FRACTION):
     """(names, points, final) from a sweep's tidy CSV (`jaxrl sweep` results.csv, `Results.to_csv`): the swept
     fields (the columns between `config` and `seed`), one {field: value} per config, and final [C, S]: each
-    run's NaN-mean of `metric` over its last `last` iterations (NaN where no value in them was finite)."""
+    run's final `metric` (`jaxrl.run.report.final_return`: the NaN-mean over the last `fraction` of its
+    iterations, NaN where no value in them was finite)."""
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         columns = reader.fieldnames or []
@@ -108,10 +118,7 @@ def read_sweep(path: str | Path, metric: str = "episode_return", last: int = 5):
         c = int(r["config"])
         values[c, int(r["seed"]), int(r["iteration"])] = float(r[metric])
         points[c] = {n: float(r[n]) for n in names}
-    tail = values[..., -last:]
-    finite = np.isfinite(tail)
-    final = np.where(finite.any(-1), np.where(finite, tail, 0).sum(-1) / np.maximum(finite.sum(-1), 1), np.nan)
-    return names, points, final
+    return names, points, final_return(values, fraction)
 
 
 def _log_scale(name: str, xs: np.ndarray) -> bool:
@@ -124,7 +131,11 @@ def _log_scale(name: str, xs: np.ndarray) -> bool:
 
 
 def sensitivity(
-    path: str | Path, out: str | Path, metric: str = "episode_return", last: int = 5, max_lines: int = 6
+    path: str | Path,
+    out: str | Path,
+    metric: str = "episode_return",
+    fraction: float = FINAL_FRACTION,
+    max_lines: int = 6,
 ) -> Path:
     """Final `metric` against each swept hyperparameter, one panel per field: mean over seeds with its 95%
     bootstrap interval. On a grid, one line per combination of the other fields (up to `max_lines`); otherwise
@@ -134,7 +145,7 @@ def sensitivity(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names, points, final = read_sweep(path, metric, last)
+    names, points, final = read_sweep(path, metric, fraction)
     if not names:
         raise ValueError(f"{path}: a sweep of one config has no hyperparameter to plot against.")
     mean, low, high = bootstrap_interval(final.T)
@@ -171,13 +182,8 @@ def sensitivity(
         ax.set_ylabel(f"final {metric.replace('_', ' ')}")
         ax.grid(alpha=0.3)
     fig.suptitle(
-        f"final {metric.replace('_', ' ')} (mean of the last {last} iterations): mean and 95% bootstrap "
+        f"final {metric.replace('_', ' ')} (mean of the last {fraction:.0%} of iterations): mean and 95% bootstrap "
         f"interval over {seeds} seeds",
         fontsize=10,
     )
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)

@@ -20,14 +20,29 @@ CASES: dict[str, tuple[str, dict]] = {
     "ppo": ("ppo", dict(num_envs=4, num_steps=16, total_timesteps=192, num_minibatches=2)),
     "ppo_pendulum_obsnorm": (
         "ppo",
-        dict(env="Pendulum-v1", num_envs=4, num_steps=16, total_timesteps=192, num_minibatches=2,
-             normalize_observations=True),
+        dict(
+            env="Pendulum-v1",
+            num_envs=4,
+            num_steps=16,
+            total_timesteps=192,
+            num_minibatches=2,
+            normalize_observations=True,
+        ),
     ),
     "a2c": ("a2c", dict(num_envs=4, num_steps=5, total_timesteps=60)),
     "a2c_gae_adam_anneal": (
         "a2c",
-        dict(num_envs=4, num_steps=8, total_timesteps=96, advantage="gae", gae_lambda=0.9, optimizer="adam",
-             anneal_lr=True, update_epochs=2, num_minibatches=2),
+        dict(
+            num_envs=4,
+            num_steps=8,
+            total_timesteps=96,
+            advantage="gae",
+            gae_lambda=0.9,
+            optimizer="adam",
+            anneal_lr=True,
+            update_epochs=2,
+            num_minibatches=2,
+        ),
     ),
     "reinforce": ("reinforce", dict(num_envs=4, num_steps=16, total_timesteps=192)),
     "reinforce_no_baseline_whole": (
@@ -35,9 +50,7 @@ CASES: dict[str, tuple[str, dict]] = {
         dict(num_envs=4, num_steps=32, total_timesteps=384, baseline=False, whole_episodes=True),
     ),
     "trpo": ("trpo", dict(num_envs=4, num_steps=16, total_timesteps=192, vf_minibatches=2)),
-    "trpo_pendulum": (
-        "trpo", dict(env="Pendulum-v1", num_envs=4, num_steps=16, total_timesteps=192, vf_minibatches=2)
-    ),
+    "trpo_pendulum": ("trpo", dict(env="Pendulum-v1", num_envs=4, num_steps=16, total_timesteps=192, vf_minibatches=2)),
     "impala": ("impala", dict(num_envs=4, num_steps=16, total_timesteps=256)),
     "impala_q": ("impala", dict(num_envs=4, num_steps=16, total_timesteps=256, critic="q")),
     "grpo": ("grpo", dict(num_groups=2, group_size=2, horizon=16, total_timesteps=192, num_minibatches=2)),
@@ -47,46 +60,157 @@ CASES: dict[str, tuple[str, dict]] = {
     ),
     "grpo_replay": (
         "grpo",
-        dict(num_groups=2, group_size=2, horizon=16, total_timesteps=256, num_minibatches=2, replay_ratio=1,
-             replay_capacity=4),
+        dict(
+            num_groups=2,
+            group_size=2,
+            horizon=16,
+            total_timesteps=256,
+            num_minibatches=2,
+            replay_ratio=1,
+            replay_capacity=4,
+        ),
     ),
     "grpo_lag_kl": (
         "grpo",
-        dict(num_groups=2, group_size=2, horizon=16, total_timesteps=256, num_minibatches=2, behaviour_lag=2,
-             kl_reference="moving", kl_coef=0.1, ref_update_interval=2),
+        dict(
+            num_groups=2,
+            group_size=2,
+            horizon=16,
+            total_timesteps=256,
+            num_minibatches=2,
+            behaviour_lag=2,
+            kl_reference="moving",
+            kl_coef=0.1,
+            ref_update_interval=2,
+        ),
     ),
     "grpo_pendulum_process": (
         "grpo",
-        dict(env="Pendulum-v1", num_groups=2, group_size=2, horizon=16, total_timesteps=192, num_minibatches=2,
-             supervision="process"),
+        dict(
+            env="Pendulum-v1",
+            num_groups=2,
+            group_size=2,
+            horizon=16,
+            total_timesteps=192,
+            num_minibatches=2,
+            supervision="process",
+        ),
     ),
-    "dqn": ("dqn", dict(num_envs=4, num_steps=4, total_timesteps=256, learning_starts=32, buffer_size=128,
-                        batch_size=16, updates_per_iteration=2)),
-    "dqn_plain": ("dqn", dict(num_envs=4, num_steps=4, total_timesteps=256, learning_starts=32, buffer_size=128,
-                              batch_size=16, updates_per_iteration=2, double=False, n_step=1, layer_norm=False,
-                              td_loss="l2")),
-    "dqn_dueling_polyak": ("dqn", dict(num_envs=4, num_steps=4, total_timesteps=256, learning_starts=32,
-                                       buffer_size=128, batch_size=16, updates_per_iteration=2, dueling=True,
-                                       tau=0.5, target_update_interval=1)),
-    "dqn_prioritized": ("dqn", dict(num_envs=4, num_steps=4, total_timesteps=256, learning_starts=32,
-                                    buffer_size=128, batch_size=16, updates_per_iteration=2, prioritized=True)),
+    "dqn": (
+        "dqn",
+        dict(
+            num_envs=4,
+            num_steps=4,
+            total_timesteps=256,
+            learning_starts=32,
+            buffer_size=128,
+            batch_size=16,
+            updates_per_iteration=2,
+        ),
+    ),
+    "dqn_plain": (
+        "dqn",
+        dict(
+            num_envs=4,
+            num_steps=4,
+            total_timesteps=256,
+            learning_starts=32,
+            buffer_size=128,
+            batch_size=16,
+            updates_per_iteration=2,
+            double=False,
+            n_step=1,
+            layer_norm=False,
+            td_loss="l2",
+        ),
+    ),
+    "dqn_dueling_polyak": (
+        "dqn",
+        dict(
+            num_envs=4,
+            num_steps=4,
+            total_timesteps=256,
+            learning_starts=32,
+            buffer_size=128,
+            batch_size=16,
+            updates_per_iteration=2,
+            dueling=True,
+            tau=0.5,
+            target_update_interval=1,
+        ),
+    ),
+    "dqn_prioritized": (
+        "dqn",
+        dict(
+            num_envs=4,
+            num_steps=4,
+            total_timesteps=256,
+            learning_starts=32,
+            buffer_size=128,
+            batch_size=16,
+            updates_per_iteration=2,
+            prioritized=True,
+        ),
+    ),
     "pqn": ("pqn", dict(num_envs=4, num_steps=8, total_timesteps=128, num_minibatches=2)),
     "sarsa": ("sarsa", dict(num_envs=4, num_steps=8, total_timesteps=128, num_minibatches=2)),
-    "sarsa_expected": ("sarsa", dict(num_envs=4, num_steps=8, total_timesteps=128, num_minibatches=2,
-                                     expected=True)),
-    "ddpg": ("ddpg", dict(num_envs=2, num_steps=4, total_timesteps=96, learning_starts=32, batch_size=16,
-                          updates_per_iteration=2, buffer_size=64)),
-    "td3": ("td3", dict(num_envs=2, num_steps=4, total_timesteps=96, learning_starts=32, batch_size=16,
-                        updates_per_iteration=3, buffer_size=64)),
-    "sac": ("sac", dict(num_envs=2, num_steps=4, total_timesteps=96, learning_starts=32, batch_size=16,
-                        updates_per_iteration=2, buffer_size=64)),
-    "sac_fixed_alpha": ("sac", dict(num_envs=2, num_steps=4, total_timesteps=96, learning_starts=32,
-                                    batch_size=16, updates_per_iteration=2, buffer_size=64, autotune=False,
-                                    alpha=0.2)),
+    "sarsa_expected": ("sarsa", dict(num_envs=4, num_steps=8, total_timesteps=128, num_minibatches=2, expected=True)),
+    "ddpg": (
+        "ddpg",
+        dict(
+            num_envs=2,
+            num_steps=4,
+            total_timesteps=96,
+            learning_starts=32,
+            batch_size=16,
+            updates_per_iteration=2,
+            buffer_size=64,
+        ),
+    ),
+    "td3": (
+        "td3",
+        dict(
+            num_envs=2,
+            num_steps=4,
+            total_timesteps=96,
+            learning_starts=32,
+            batch_size=16,
+            updates_per_iteration=3,
+            buffer_size=64,
+        ),
+    ),
+    "sac": (
+        "sac",
+        dict(
+            num_envs=2,
+            num_steps=4,
+            total_timesteps=96,
+            learning_starts=32,
+            batch_size=16,
+            updates_per_iteration=2,
+            buffer_size=64,
+        ),
+    ),
+    "sac_fixed_alpha": (
+        "sac",
+        dict(
+            num_envs=2,
+            num_steps=4,
+            total_timesteps=96,
+            learning_starts=32,
+            batch_size=16,
+            updates_per_iteration=2,
+            buffer_size=64,
+            autotune=False,
+            alpha=0.2,
+        ),
+    ),
 }
 
 # Config fields renamed since the cases were recorded: old name -> new name, per algorithm.
-RENAMED: dict[str, dict[str, str]] = {}
+RENAMED: dict[str, dict[str, str]] = {
+    name: {"batch_size": "replay_batch_size"} for name in ("dqn", "ddpg", "td3", "sac")
+}
 
 
 def make_config(case: str):
@@ -113,8 +237,10 @@ def main() -> None:
     for case in CASES:
         out = run_case(case)
         np.savez_compressed(GOLDEN_DIR / f"{case}.npz", **out)
-        print(f"{case}: {sum(k.startswith('metric/') for k in out)} metrics, "
-              f"{sum(k.startswith('params/') for k in out)} parameter leaves")
+        print(
+            f"{case}: {sum(k.startswith('metric/') for k in out)} metrics, "
+            f"{sum(k.startswith('params/') for k in out)} parameter leaves"
+        )
 
 
 if __name__ == "__main__":  # python tests/golden_cases.py

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import assert_trees_close, index
 from jaxrl import losses
-from jaxrl.algos import a2c
-from jaxrl.networks import ActorCritic
+from jaxrl.algos import a2c, actor_critic
+from jaxrl.networks import ActorCritic, MLPTorso
 from jaxrl.types import Trajectory
 
 TINY = a2c.Config(num_envs=4, num_steps=5, total_timesteps=4 * 5 * 4, hidden_sizes=(16,))
@@ -48,7 +48,7 @@ def test_bad_config_raises_naming_the_field(overrides, field):
 def test_ppo_surrogate_gradient_at_ratio_one_is_the_importance_weighted_policy_gradient():
     """At pi = mu the clipped surrogate is unclipped and its gradient -A grad rho = -rho A grad log pi equals the
     importance-weighted policy gradient's, and (rho = 1) the score-function gradient -A grad log pi."""
-    network = ActorCritic(3, True, hidden_sizes=(8,))
+    network = ActorCritic(3, True, MLPTorso((8,)))
     obs = jax.random.normal(jax.random.key(0), (32, 4))
     params = network.init(jax.random.key(1), obs)
     actions = jax.random.randint(jax.random.key(2), (32,), 0, 3)
@@ -117,6 +117,34 @@ def test_vmap_over_keys_equals_separate_runs(tiny_runs):
         assert_trees_close(index(batched, i), run)
     a, b = (jax.tree.leaves(run[0].params) for run in separate)
     assert any(not np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_annealed_learning_rate_is_constant_within_an_iteration():
+    """The one schedule (`optim.learning_rate_schedule`): each of the update_epochs x num_minibatches steps of
+    iteration i uses lr (1 - i / num_iterations). With a constant gradient (below the clipping norm) Adam's step
+    is lr g / (|g| + eps), so the steps read the rate off."""
+    config = a2c.Config(
+        num_envs=4,
+        num_steps=8,
+        total_timesteps=4 * 8 * 3,
+        optimizer="adam",
+        anneal_lr=True,
+        update_epochs=2,
+        num_minibatches=2,
+        learning_rate=1e-2,
+    )
+    k, n = config.updates_per_iteration, config.num_iterations
+    assert (k, n) == (4, 3)
+    optimizer = actor_critic.make_optimizer(config)
+    params = jnp.zeros(3)
+    opt_state = optimizer.init(params)
+    update = jax.jit(optimizer.update)
+    rates = []
+    for _ in range(k * n):
+        updates, opt_state = update(jnp.full(3, 0.1), opt_state, params)
+        rates.append(-float(updates[0]) * (0.1 + 1e-5) / 0.1)
+    expected = [1e-2 * (1.0 - (t // k) / n) for t in range(k * n)]
+    np.testing.assert_allclose(rates, expected, rtol=1e-4)
 
 
 @pytest.mark.slow

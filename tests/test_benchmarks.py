@@ -6,9 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from benchmarks import gpu, peers
+from benchmarks.common import binned_curve, env_steps, mean_final_return, measure, write_json
 from benchmarks.peer_workers import common, jaxrl_worker, rejax_worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,6 +106,32 @@ def test_summarize_ratios():
     summary = peers.summarize(rounds, "ppo", "rejax")
     assert summary["median"] == {"throughput": 2.0, "compile": 0.5, "time_to_threshold": 0.5}
     assert "median" in peers.report([summary], rounds, 475)
+
+
+def test_measure_times_the_compile_and_returns_the_call():
+    def fn(x):
+        return jnp.cumsum(jnp.sin(x) * 2.0)
+
+    x = jnp.arange(8.0)
+    timing = measure(fn, x, repeats=2)
+    assert timing.compile_s > 0 and 0 < timing.run_s < float("inf")
+    np.testing.assert_array_equal(timing.out, jax.jit(fn)(x))
+    compile_s, run_s, out = timing  # unpacks as (compile_s, run_s, output)
+    assert (compile_s, run_s) == (timing.compile_s, timing.run_s)
+
+
+def test_env_steps_final_return_and_compact_json(tmp_path):
+    nan = float("nan")
+    config = type("Config", (), {"num_iterations": 10, "env_steps_per_iteration": 64})()
+    assert env_steps(config) == 640 and env_steps(config, seeds=3) == 1920
+    # jaxrl.run.report.final_return: the last 10% of iterations (here 1), NaN-aware; then the mean over seeds
+    assert mean_final_return([[1.0] * 9 + [4.0], [2.0] * 9 + [nan], [nan] * 9 + [6.0]]) == 5.0
+    assert math.isnan(mean_final_return([[1.0, nan]]))
+    steps, curve = binned_curve(np.arange(1000.0)[None], env_steps_per_iteration=4)
+    assert len(steps) == len(curve[0]) == 200 and steps[-1] == 4000 and curve[0][0] == 2.0
+    path = write_json(tmp_path / "r.json", {"steps": steps, "array": np.ones(2), "nan": nan})
+    assert "\n" not in path.read_text().rstrip("\n") and " " not in path.read_text()
+    assert json.loads(path.read_text())["array"] == [1.0, 1.0]
 
 
 def test_gpu_bench_tiny():

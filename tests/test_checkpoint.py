@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from conftest import assert_trees_close
-from jaxrl import checkpoint, logging
-from jaxrl import train as runner
 from jaxrl.algos import ppo
+from jaxrl.run import checkpoint, logging, loop
 
 CONFIG = ppo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=1, num_minibatches=2)
 
@@ -30,7 +29,7 @@ def csv_rows(run_dir):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    return runner.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path_factory.mktemp("full"), progress=False)
+    return loop.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path_factory.mktemp("full"), progress=False)
 
 
 def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, uninterrupted):
@@ -44,13 +43,13 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, uninterrupted):
             raise KeyboardInterrupt
 
     monkeypatch.setattr(logging.CsvSink, "write", interrupt_on_third_chunk)
-    with pytest.raises(runner.Interrupted) as stop:
-        runner.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path, progress=False, checkpoint_every=100)
+    with pytest.raises(loop.Interrupted) as stop:
+        loop.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path, progress=False, checkpoint_every=100)
     assert stop.value.iteration == 3
     assert checkpoint.latest_iteration(tmp_path / "checkpoints") == 3
     monkeypatch.setattr(logging.CsvSink, "write", append)
 
-    resumed = runner.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path, progress=False, resume=True)
+    resumed = loop.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path, progress=False, resume=True)
     assert_trees_close(resumed.state, uninterrupted.state, rtol=0, atol=0)
     assert_trees_close(resumed.metrics, uninterrupted.metrics, rtol=0, atol=0)
 
@@ -66,9 +65,9 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, uninterrupted):
 def test_mismatched_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
     other = dataclasses.replace(CONFIG, learning_rate=1e-4)
     with pytest.raises(checkpoint.CheckpointError, match="learning_rate"):
-        runner.run(ppo, other, seeds=2, num_chunks=6, run_dir=uninterrupted.run_dir, progress=False, resume=True)
+        loop.run(ppo, other, seeds=2, num_chunks=6, run_dir=uninterrupted.run_dir, progress=False, resume=True)
     with pytest.raises(checkpoint.CheckpointError, match="no checkpoint"):
-        runner.run(ppo, CONFIG, seeds=2, run_dir=tmp_path / "empty", progress=False, resume=True)
+        loop.run(ppo, CONFIG, seeds=2, run_dir=tmp_path / "empty", progress=False, resume=True)
 
 
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
@@ -80,7 +79,7 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
         if path.is_file() and path.stat().st_size > 0:
             path.write_bytes(b"garbage")
     with pytest.raises(checkpoint.CheckpointError, match="cannot be restored"):
-        runner.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path / "run", progress=False, resume=True)
+        loop.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path / "run", progress=False, resume=True)
 
 
 def test_divergence_stops_at_the_chunk_boundary(tmp_path):
@@ -90,9 +89,11 @@ def test_divergence_stops_at_the_chunk_boundary(tmp_path):
         params = jax.tree.map(lambda x: x + poisoned, state.params)
         return state.replace(params=params), {**metrics, "value_loss": metrics["value_loss"] + poisoned}
 
-    algo = types.SimpleNamespace(__name__="poisoned", validate=ppo.validate, init=ppo.init, update=update)
-    with pytest.raises(runner.Divergence, match=r"iterations 3-3: value_loss is nan") as error:
-        runner.run(algo, CONFIG, seeds=1, num_chunks=6, run_dir=tmp_path, progress=False, checkpoint_every=1)
+    algo = types.SimpleNamespace(validate=ppo.validate, init=ppo.init, update=update)  # not registered: named
+    with pytest.raises(loop.Divergence, match=r"iterations 3-3: value_loss is nan") as error:
+        loop.run(
+            algo, CONFIG, seeds=1, num_chunks=6, run_dir=tmp_path, progress=False, checkpoint_every=1, name="poisoned"
+        )
     assert "iteration 3" in str(error.value)
     assert checkpoint.latest_iteration(tmp_path / "checkpoints") == 3
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import rlax
+import td_reference
 from flashbax.buffers import sum_tree
 
 from conftest import assert_trees_close, index
@@ -21,7 +22,7 @@ TINY = dqn.Config(
     num_steps=4,
     total_timesteps=4 * 4 * 8,
     buffer_size=64,
-    batch_size=8,
+    replay_batch_size=8,
     updates_per_iteration=2,
     learning_starts=32,
     target_update_interval=3,
@@ -174,10 +175,10 @@ def one_step_errors(config, batch):
     args = (losses.action_value(q_tm1, actions), rewards, terminated)
     discount = config.gamma * (1.0 - terminated)
     if config.double:
-        ours = losses.double_q_learning_td(*args, q_t_target, q_t_online, config.gamma)
+        ours = td_reference.double_q_learning_td(*args, q_t_target, q_t_online, config.gamma)
         oracle = jax.vmap(rlax.double_q_learning)(q_tm1, actions, rewards, discount, q_t_target, q_t_online)
     else:
-        ours = losses.q_learning_td(*args, q_t_target, config.gamma)
+        ours = td_reference.q_learning_td(*args, q_t_target, config.gamma)
         oracle = jax.vmap(rlax.q_learning)(q_tm1, actions, rewards, discount, q_t_target)
     td = dqn.td_errors(params, target, network, config, batch)[0]
     loss = dqn.loss_fn(params, target, network, config, batch)[0]
@@ -321,7 +322,9 @@ def test_prioritized_gradient_step_weights_the_loss_and_sets_priorities(prioriti
         (_, _, buffer), stats = dqn.gradient_step(
             config, network, optimizer, state.target_params, None, beta, train, key
         )
-        batch, indices, probabilities = replay.sample_prioritized(state.buffer, key, config.batch_size, config.n_step)
+        batch, indices, probabilities = replay.sample_prioritized(
+            state.buffer, key, config.replay_batch_size, config.n_step
+        )
         td, _ = dqn.td_errors(state.params, state.target_params, network, config, batch)
         stored = sum_tree.get_batch(buffer.sum_tree_state, indices)
         return stats["loss"], td, indices, probabilities, stored, replay.size(state.buffer)

@@ -9,7 +9,7 @@ import pytest
 
 from jaxrl import cli, envs
 from jaxrl.algos import ALGORITHMS
-from jaxrl.evaluate import evaluate
+from jaxrl.run.evaluate import evaluate
 
 
 def test_each_episode_counted_once_from_reset_to_its_end():

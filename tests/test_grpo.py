@@ -43,7 +43,6 @@ def policy():
         (dict(horizon=-1), "horizon"),
         (dict(replay_ratio=-1), "replay_ratio"),
         (dict(rho_bar=0.0), "rho_bar"),
-        (dict(env="Pendulum-v1", policy="categorical"), "policy"),
         (dict(env="CartPol-v1"), "CartPole-v1"),
         (dict(total_timesteps=100), "total_timesteps"),
     ],
@@ -76,7 +75,7 @@ def test_group_members_share_their_start_and_then_diverge(policy):
     starts = rollout.group_starts(env, jax.random.key(2), 3)
     members = rollout.repeat_members(starts, 4)
     keys = jax.random.split(jax.random.key(3), 12)
-    _, traj = rollout.grouped_rollout(env, grpo.behaviour(network, params), rollout.zero_value, members, keys, 20)
+    _, traj = rollout.grouped_rollout(env, grpo.behaviour(network, params)[0], rollout.zero_value, members, keys, 20)
     assert traj.obs.shape == (20, 12, 4) and traj.actions.shape == (20, 12)
     first = np.asarray(traj.obs[0]).reshape(3, 4, -1)
     np.testing.assert_array_equal(first, np.broadcast_to(first[:, :1], first.shape))  # same start in a group
@@ -87,7 +86,7 @@ def test_group_members_share_their_start_and_then_diverge(policy):
 
 def test_branch_copies_given_the_parents_keys_reproduce_the_parent(policy):
     env, network, params = policy
-    act = grpo.behaviour(network, params)
+    act = grpo.behaviour(network, params)[0]
     parent = rollout.reset(env, jax.random.key(4))
     parent, _ = rollout.rollout(env, act, rollout.zero_value, parent, jax.random.key(5), 7)  # a visited state
     key = jax.random.key(6)

@@ -39,7 +39,6 @@ def test_lag_acts_with_the_parameters_of_k_iterations_ago():
         (dict(clip_rho=0.0), "clip_rho"),
         (dict(critic="v"), "critic"),
         (dict(env="Pendulum-v1", critic="q"), "critic"),
-        (dict(env="Pendulum-v1", policy="categorical"), "policy"),
         (dict(env="CartPol-v1"), "CartPole-v1"),
     ],
 )

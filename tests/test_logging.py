@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from tensorboardX.proto import event_pb2
 
-from jaxrl import cli, logging
+from jaxrl import cli
 from jaxrl.plot import bootstrap_interval, read_metrics
+from jaxrl.run import logging
 
 
 def read_tensorboard(directory):

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl.networks import MLP, ActorCritic
+from jaxrl.networks import ActorCritic, Critics, DeterministicActor, GaussianActor, MLPTorso, QNetwork, TorsoHead
 
 B = 5
 
@@ -114,7 +114,7 @@ def test_actor_and_critic_are_separate(discrete):
 
 
 def test_hidden_sizes_and_activation():
-    net = ActorCritic(action_dim=2, discrete=True, hidden_sizes=(8, 16, 32), activation="relu")
+    net = ActorCritic(action_dim=2, discrete=True, torso=MLPTorso((8, 16, 32), "relu"))
     params = net.init(jax.random.key(0), jnp.zeros((1, 5)))
     shapes = [layer["kernel"].shape for layer in _layers(params, "actor")]
     assert shapes == [(5, 8), (8, 16), (16, 32), (32, 2)]
@@ -126,7 +126,7 @@ def test_hidden_sizes_and_activation():
 
 
 def test_mlp_against_numpy():
-    mlp = MLP(hidden_sizes=(6,), out_features=2, out_gain=1.0, activation="tanh")
+    mlp = TorsoHead(MLPTorso(hidden_sizes=(6,), activation="tanh"), out_features=2, out_gain=1.0)
     x = obs_batch((B, 3), seed=4)
     params = mlp.init(jax.random.key(5), x)
     p = jax.tree.map(lambda a: np.asarray(a, np.float64), params["params"])
@@ -136,14 +136,14 @@ def test_mlp_against_numpy():
 
 
 def test_minatar_obs_flattened():
-    net = ActorCritic(action_dim=3, discrete=True, obs_ndim=3)
+    net = ActorCritic(action_dim=3, discrete=True, torso=MLPTorso(obs_ndim=3))
     obs = (obs_batch((B, 10, 10, 4), seed=6) > 0.5).astype(jnp.float32)
     params = jax.jit(net.init)(jax.random.key(0), obs[:1])
     assert params["params"]["actor"]["Dense_0"]["kernel"].shape == (400, 64)
     dist, value = net.apply(params, obs)
     assert dist.logits.shape == (B, 3) and value.shape == (B,)
     # Flattening is the row-major reshape: an MLP on obs.reshape(B, 400) with the same parameters agrees.
-    flat_net = ActorCritic(action_dim=3, discrete=True, obs_ndim=1)
+    flat_net = ActorCritic(action_dim=3, discrete=True, torso=MLPTorso(obs_ndim=1))
     flat_dist, flat_value = flat_net.apply(params, obs.reshape(B, 400))
     np.testing.assert_allclose(dist.logits, flat_dist.logits, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(value, flat_value, rtol=1e-5, atol=1e-6)
@@ -162,3 +162,30 @@ def test_orthogonal_matches_jax_orthogonal_for_the_same_key(shape):
     ours = orthogonal(1.7)(key, shape)
     reference = jax.nn.initializers.orthogonal(1.7)(key, shape)
     np.testing.assert_allclose(np.asarray(ours), np.asarray(reference), atol=2e-4)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_one_torso_serves_every_head(layer_norm):
+    """The same MLPTorso spec builds the hidden layers of the actor-critic, the Q-network, the continuous actors
+    and the twin critics: same hidden kernel shapes everywhere, LayerNorms exactly where it says."""
+    torso = MLPTorso((8, 16), "relu", layer_norm, obs_ndim=3)
+    obs, action = jnp.zeros((1, 2, 3, 4)), jnp.zeros((1, 2))
+    heads = {
+        "actor_critic": (ActorCritic(2, False, torso), (obs,)),
+        "q": (QNetwork(3, torso, dueling=True), (obs,)),
+        "deterministic": (DeterministicActor(2, torso), (obs,)),
+        "gaussian": (GaussianActor(2, torso), (obs,)),
+        "critics": (Critics(2, torso), (obs, action)),
+    }
+    for name, (head, args) in heads.items():
+        params = head.init(jax.random.key(0), *args)
+        kernels = [
+            leaf.shape[-2:]
+            for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+            if jax.tree_util.keystr(path).endswith("['kernel']")
+        ]
+        first = 24 + (2 if name == "critics" else 0)  # the critics see [flatten(o), a]
+        assert (first, 8) in kernels and (8, 16) in kernels, name
+        paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+        norms = [p for p in paths if "LayerNorm" in p]
+        assert bool(norms) == layer_norm, name

@@ -24,9 +24,9 @@ def test_read_sweep_gives_each_runs_final_return(tmp_path):
     points = [{"learning_rate": lr, "clip_eps": c} for lr in (1e-4, 1e-3, 1e-2) for c in (0.1, 0.3)]
     results = fake_results(points)
     path = results.to_csv(tmp_path / "results.csv")
-    names, read_points, final = read_sweep(path, last=3)
+    names, read_points, final = read_sweep(path, fraction=0.5)
     assert names == ["learning_rate", "clip_eps"] and read_points == points
-    np.testing.assert_allclose(final, results.final("episode_return", last=3), rtol=1e-12)
+    np.testing.assert_allclose(final, results.final("episode_return", fraction=0.5), rtol=1e-12)  # the last 3 of 6
     assert np.isfinite(final).all()  # the NaN iterations are skipped, not propagated
     with pytest.raises(ValueError, match="not a sweep table"):
         read_sweep(path, metric="no_such_metric")

@@ -30,8 +30,6 @@ def tiny_runs():
     [
         (dict(num_minibatches=3), "num_minibatches"),
         (dict(env="CartPol-v1"), "CartPole-v1"),
-        (dict(env="Pendulum-v1", policy="categorical"), "policy"),
-        (dict(policy="gaussian"), "policy"),
         (dict(total_timesteps=10), "total_timesteps"),
         (dict(gamma=1.5), "gamma"),
         (dict(learning_rate=-1.0), "learning_rate"),

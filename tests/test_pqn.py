@@ -9,7 +9,7 @@ import pytest
 
 from conftest import assert_trees_close, index
 from jaxrl import envs, rollout
-from jaxrl.algos import pqn
+from jaxrl.algos import pqn, q_learning
 
 TINY = pqn.Config(
     num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, update_epochs=2, num_minibatches=2, hidden_sizes=(16, 16)
@@ -56,7 +56,7 @@ def test_metrics_are_per_iteration(runs):
     assert int(state.iteration) == TINY.num_iterations
     assert np.all(np.isfinite(metrics["loss"]))
     assert "LayerNorm_0" in state.params["params"]
-    expected = 1.0 - 0.95 * np.arange(3) * TINY.batch_size / (0.2 * TINY.total_timesteps)
+    expected = 1.0 - 0.95 * np.arange(3) * TINY.env_steps_per_iteration / (0.2 * TINY.total_timesteps)
     np.testing.assert_allclose(metrics["epsilon"], np.maximum(expected, 0.05), rtol=1e-5)
 
 
@@ -87,11 +87,11 @@ def test_q_lambda_targets_match_a_numpy_reference():
     def run(key):
         carry = rollout.reset(env, key)
         params = network.init(key, carry.obs[:1])
-        act = pqn.behaviour(network, params, 0.5)
+        act = q_learning.behaviour(network, params, 0.5)
         _, traj = rollout.rollout(
             env, act, lambda o: network.apply(params, o).max(-1), carry, key, config.num_steps, keep_next_obs=True
         )
-        return traj, network.apply(params, traj.next_obs).max(-1), pqn.q_lambda_targets(config, traj)
+        return traj, network.apply(params, traj.next_obs).max(-1), q_learning.lambda_targets(config, traj)
 
     traj, v_next, targets = jax.tree.map(np.asarray, run(jax.random.key(3)))
     assert traj.terminated.any() and (traj.truncated & ~traj.terminated).any()

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import assert_trees_close, index
-from jaxrl import policy_gradient as pg
-from jaxrl.algos import reinforce
-from jaxrl.networks import ActorCritic
+from jaxrl.algos import actor_critic, reinforce
+from jaxrl.networks import ActorCritic, MLPTorso
 from jaxrl.types import Trajectory
 
 # the non-default paths (whole episodes, no critic); the learning test runs the defaults
@@ -67,7 +66,7 @@ def _fake_trajectory(rewards, terminated, truncated, values=None, next_values=No
 
 def _bandit():
     """A softmax policy over 3 arms with fixed logits (a bias-only linear layer on a constant observation)."""
-    network = ActorCritic(3, True, hidden_sizes=())
+    network = ActorCritic(3, True, MLPTorso(()))
     params = network.init(jax.random.key(0), jnp.ones((1, 1)))
     logits = jnp.array([0.3, -0.5, 1.1])
     params["params"]["actor"]["Dense_0"] = {"kernel": jnp.zeros((1, 3)), "bias": logits}
@@ -91,7 +90,7 @@ def _reinforce_grad(network, params, actions, rewards_of_actions):
         "targets": advantages[0],
         "mask": jnp.ones(actions.size, bool),
     }
-    grads, _ = jax.grad(pg.actor_critic_loss, has_aux=True)(params, network, config, batch, False)
+    grads, _ = jax.grad(actor_critic.actor_critic_loss, has_aux=True)(params, network, config, batch, False)
     return grads["params"]["actor"]["Dense_0"]["bias"]
 
 

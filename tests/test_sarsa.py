@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import rlax
+import td_reference
 
 from conftest import assert_trees_close, index
 from jaxrl import envs, losses, rollout
-from jaxrl.algos import ALGORITHMS, pqn, sarsa
+from jaxrl.algos import ALGORITHMS, pqn, q_learning, sarsa
 from jaxrl.types import Trajectory
 
 TINY = sarsa.Config(
@@ -147,7 +148,7 @@ def test_sarsa_next_values_and_targets_match_numpy_on_a_hand_built_trajectory():
     actions = rng.integers(0, 2, (steps, num_envs)).astype(np.int32)
     rewards = rng.normal(size=(steps, num_envs)).astype(np.float32)
 
-    network = pqn.make_network(config, envs.make(config.env, 1).spec)
+    network = sarsa.make_network(config, envs.make(config.env, 1).spec)
     params = network.init(jax.random.key(1), obs[0])
     q_obs, q_next = (np.asarray(network.apply(params, o), np.float64) for o in (obs, next_obs))
     # what the rollout hands over: 0 after termination, else the expectation at the true successor
@@ -158,7 +159,7 @@ def test_sarsa_next_values_and_targets_match_numpy_on_a_hand_built_trajectory():
     @jax.jit
     def run(traj):
         traj = traj.replace(next_values=sarsa.on_policy_next_values(traj, network.apply(params, traj.obs)))
-        return traj.next_values, pqn.q_lambda_targets(config, traj)
+        return traj.next_values, q_learning.lambda_targets(config, traj)
 
     next_v, targets = map(np.asarray, run(traj))
     ref_v, ref_targets = reference(
@@ -173,17 +174,17 @@ def test_sarsa_next_values_and_targets_match_numpy_on_a_hand_built_trajectory():
 
 
 def collect(config, expected: bool, epsilon=0.4, seed=3):
-    """One rollout of `pqn.collect` with SARSA's bootstrap (12-step time limit, so truncations happen) and the
+    """One rollout of `q_learning.collect` with SARSA's bootstrap (12-step time limit, so truncations happen) and the
     action values a reference needs."""
     env = envs.make(config.env, config.num_envs, max_steps_in_episode=12)
-    network = pqn.make_network(config, env.spec)
+    network = sarsa.make_network(config, env.spec)
 
     @jax.jit
     def run(key):
         carry = rollout.reset(env, key)
         params = network.init(key, carry.obs[:1])
         next_values = None if expected else sarsa.on_policy_next_values
-        _, traj, targets = pqn.collect(
+        _, traj, targets = q_learning.collect(
             config, env, network, params, epsilon, carry, key, sarsa.epsilon_greedy_value, next_values, True
         )
         return traj, targets, network.apply(params, traj.obs), network.apply(params, traj.next_obs)
@@ -195,7 +196,7 @@ def collect(config, expected: bool, epsilon=0.4, seed=3):
 
 @pytest.mark.parametrize("expected", [False, True])
 def test_targets_of_a_rollout_match_numpy(expected):
-    """Through `pqn.collect` as `update` calls it: truncated steps bootstrap at `info["final_observation"]`."""
+    """Through `q_learning.collect` as `update` calls it: truncated steps bootstrap at `info["final_observation"]`."""
     config = dataclasses.replace(TINY, num_steps=48, gamma=0.9, q_lambda=0.7, reward_scale=0.5)
     traj, targets, q_obs, q_next = collect(config, expected)
     ref_v, ref_targets = reference(
@@ -206,8 +207,8 @@ def test_targets_of_a_rollout_match_numpy(expected):
 
 
 def test_one_step_targets_equal_rlax_expected_sarsa_and_sarsa():
-    """lambda = 0: Expected SARSA's TD errors are rlax.expected_sarsa (and losses.expected_sarsa_td) with the
-    epsilon-greedy probabilities at every step; SARSA's are rlax.sarsa (and losses.sarsa_td) where the next
+    """lambda = 0: Expected SARSA's TD errors are rlax.expected_sarsa (and td_reference.expected_sarsa_td) with the
+    epsilon-greedy probabilities at every step; SARSA's are rlax.sarsa (and td_reference.sarsa_td) where the next
     action is in the window and the episode, and rlax.expected_sarsa elsewhere."""
     config = dataclasses.replace(TINY, num_steps=48, gamma=0.9, q_lambda=0.0, reward_scale=0.5)
     epsilon = 0.4
@@ -223,7 +224,7 @@ def test_one_step_targets_equal_rlax_expected_sarsa_and_sarsa():
         oracle = jax.vmap(rlax.expected_sarsa)(q_tm1, a_tm1, r_t, discount, q_t, probs)
         if expected:
             np.testing.assert_allclose(td, oracle, rtol=1e-5, atol=1e-5)
-            ours = losses.expected_sarsa_td(losses.action_value(q_tm1, a_tm1), r_t, terminated, q_t, probs, 0.9)
+            ours = td_reference.expected_sarsa_td(losses.action_value(q_tm1, a_tm1), r_t, terminated, q_t, probs, 0.9)
             np.testing.assert_allclose(td, ours, rtol=1e-5, atol=1e-5)
             continue
         # SARSA: the next action a_{t+1} and Q(o_{t+1}, .) come from the following row of the same env
@@ -232,7 +233,7 @@ def test_one_step_targets_equal_rlax_expected_sarsa_and_sarsa():
         q_following = np.concatenate([q_obs[1:], q_obs[-1:]]).astype(np.float32)
         a_following = np.concatenate([traj.actions[1:], traj.actions[-1:]])
         sarsa_oracle = jax.vmap(rlax.sarsa)(q_tm1, a_tm1, r_t, discount, flat(q_following), flat(a_following))
-        ours = losses.sarsa_td(
+        ours = td_reference.sarsa_td(
             losses.action_value(q_tm1, a_tm1), r_t, terminated, flat(q_following), flat(a_following), 0.9
         )
         mask = continues.reshape(-1)

@@ -12,7 +12,7 @@ from jax.flatten_util import ravel_pytree
 from conftest import assert_trees_close, index
 from jaxrl import optim
 from jaxrl.algos import trpo
-from jaxrl.networks import ActorCritic
+from jaxrl.networks import ActorCritic, MLPTorso
 
 TINY = trpo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, vf_minibatches=2, hidden_sizes=(16,))
 
@@ -72,7 +72,7 @@ def test_conjugate_gradient_solves_spd_systems_under_jit_and_vmap():
 
 def _policy_problem(discrete: bool):
     """A small actor (4 observations, 3 actions, one hidden layer of 5) at random parameters and a batch."""
-    network = ActorCritic(3, discrete, hidden_sizes=(5,))
+    network = ActorCritic(3, discrete, MLPTorso((5,)))
     obs = jax.random.normal(jax.random.key(0), (7, 4))
     params = network.init(jax.random.key(1), obs)
     if not discrete:

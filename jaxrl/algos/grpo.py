@@ -33,7 +33,6 @@ this lag is `jaxrl.algos.impala`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -42,8 +41,10 @@ import optax
 from flax import struct
 
 from jaxrl import envs, estimators, lag, losses, replay
-from jaxrl.configs import check, check_common, check_range, hyper, static
-from jaxrl.minibatch import minibatch_epochs
+from jaxrl.algos import actor_critic as ac
+from jaxrl.algos import base
+from jaxrl.algos.actor_critic import behaviour, make_network, policy_of
+from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, static, train  # noqa: F401
 from jaxrl.networks import ActorCritic
 from jaxrl.rollout import (
     EnvCarry,
@@ -61,8 +62,7 @@ KL_REFERENCES = ("none", "initial", "moving")
 
 
 @struct.dataclass
-class Config:
-    env: str = static("CartPole-v1", "gymnax environment id")
+class Config(base.Config):
     num_groups: int = static(4, "groups M per iteration")
     group_size: int = static(8, "members G per group (rollouts sharing a start)")
     group_mode: str = static("start", "start: groups start from fresh resets; branch: from states along rollouts")
@@ -78,9 +78,9 @@ class Config:
     ref_update_interval: int = static(10, "iterations between moves of a moving reference")
     hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the policy MLP")
     activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
-    policy: str = static("auto", "action head: auto (from the action space), categorical or gaussian")
+    optimizer: str = static("adam", "optimiser after global-norm clipping: adam, rmsprop or radam")
     anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
-    learning_rate: float = hyper(1e-2, "Adam learning rate")
+    learning_rate: float = hyper(1e-2, "learning rate")
     clip_eps: float = hyper(0.2, "surrogate clipping epsilon")
     ent_coef: float = hyper(0.0, "entropy bonus coefficient")
     kl_coef: float = hyper(0.04, "coefficient of the k3 KL penalty (used unless kl_reference is none)")
@@ -100,12 +100,14 @@ class Config:
         return self.horizon or time_limit(self.env)
 
     @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
+    def minibatches_per_epoch(self) -> int:
+        """Minibatches per pass: num_minibatches of fresh data and as many per replayed batch."""
+        return self.num_minibatches * (1 + self.replay_ratio)
 
     @property
-    def num_iterations(self) -> int:
-        return self.total_timesteps // self.batch_size
+    def updates_per_iteration(self) -> int:
+        """Gradient steps per iteration: update_epochs * minibatches_per_epoch."""
+        return self.update_epochs * self.minibatches_per_epoch
 
 
 @struct.dataclass
@@ -130,49 +132,19 @@ def time_limit(env_id: str) -> int:
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    check(
-        isinstance(config.horizon, int) and config.horizon >= 0,
-        "horizon",
-        f"got {config.horizon!r}; use 0 (the env's time limit) or a positive number of steps.",
-    )
-    check(
-        isinstance(config.behaviour_lag, int) and config.behaviour_lag >= 0,
-        "behaviour_lag",
-        f"got {config.behaviour_lag!r}; must be an integer >= 0.",
-    )
+    check_int(config, "horizon", 0)  # first: num_steps, and so every count below, depends on it
+    check_int(config, "behaviour_lag", 0)
+    check_int(config, "replay_ratio", 0)
     positive = ("num_groups", "group_size", "update_epochs", "num_minibatches", "replay_capacity")
-    check_common(config, (*positive, "ref_update_interval"), config.batch_size)
+    ac.validate(config, (*positive, "ref_update_interval"), what="num_groups * group_size * horizon")
     check(config.group_size >= 2, "group_size", f"got {config.group_size}; a group needs at least 2 members.")
-    for field, allowed in (
-        ("group_mode", GROUP_MODES),
-        ("supervision", SUPERVISION),
-        ("kl_reference", KL_REFERENCES),
-        ("policy", ("auto", "categorical", "gaussian")),
-    ):
-        value = getattr(config, field)
-        check(value in allowed, field, f"{value!r} is not one of {', '.join(allowed)}.")
-    check(
-        isinstance(config.replay_ratio, int) and config.replay_ratio >= 0,
-        "replay_ratio",
-        f"got {config.replay_ratio!r}; must be an integer >= 0.",
-    )
-    check(
-        config.batch_size % config.num_minibatches == 0,
-        "num_minibatches",
-        f"{config.num_minibatches} does not divide the batch num_groups * group_size * horizon = "
-        f"{config.num_envs} * {config.num_steps} = {config.batch_size}.",
-    )
-    discrete = make_env(config).spec.discrete
-    if config.policy != "auto":
-        wanted = "categorical" if discrete else "gaussian"
-        check(config.policy == wanted, "policy", f"{config.env} needs a {wanted} head; use policy='auto'.")
-    check_range(config, "learning_rate", 0.0, low_open=True)
-    check_range(config, "clip_eps", 0.0, low_open=True)
+    check_choice(config, "group_mode", GROUP_MODES)
+    check_choice(config, "supervision", SUPERVISION)
+    check_choice(config, "kl_reference", KL_REFERENCES)
     check_range(config, "kl_coef", 0.0)
     check_range(config, "ref_tau", 0.0, 1.0)
     check_range(config, "advantage_eps", 0.0)
     check_range(config, "rho_bar", 0.0, low_open=True)
-    check_range(config, "max_grad_norm", 0.0, low_open=True)
 
 
 def make_env(config: Config):
@@ -180,63 +152,9 @@ def make_env(config: Config):
     return envs.make(config.env, 1)
 
 
-def make_network(config: Config, spec: envs.EnvSpec) -> ActorCritic:
-    return ActorCritic(
-        spec.action_dim, spec.discrete, config.hidden_sizes, config.activation, len(spec.observation_shape)
-    )
-
-
-def minibatches_per_epoch(config: Config) -> int:
-    return config.num_minibatches * (1 + config.replay_ratio)
-
-
-def make_optimizer(config: Config) -> optax.GradientTransformation:
-    learning_rate: Any = config.learning_rate
-    if config.anneal_lr:
-        steps_per_iteration = config.update_epochs * minibatches_per_epoch(config)
-
-        def learning_rate(count):
-            done = (count // steps_per_iteration) / config.num_iterations
-            return config.learning_rate * (1.0 - done)
-
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
-
-
-def policy_of(network: ActorCritic, params) -> Callable:
-    return functools.partial(network.apply, params, method=ActorCritic.policy)
-
-
-def behaviour(network: ActorCritic, params) -> Callable:
-    """The rollout's policy `act(obs, key) -> (action, log_prob)` at `params`."""
-
-    def act(obs, key):
-        return policy_of(network, params)(obs).sample_and_log_prob(seed=key)
-
-    return act
-
-
 def evaluation_policy(config: Config, state: TrainState, deterministic: bool = True):
     """`act(obs, key) -> action` of the trained policy (the mode when `deterministic`), for `jaxrl.evaluate`."""
-    network = make_network(config, make_env(config).spec)
-
-    def act(obs, key):
-        dist = policy_of(network, state.params)(obs)
-        return dist.mode() if deterministic else dist.sample(seed=key)
-
-    return act, lambda obs: obs
-
-
-def _batch_item(config: Config, spec: envs.EnvSpec, obs_dtype=jnp.float32) -> dict[str, jax.Array]:
-    """One iteration's groups as the replay stores them: [T, N, ...] leaves."""
-    shape = (config.num_steps, config.num_envs)
-    actions = jnp.zeros(shape, jnp.int32) if spec.discrete else jnp.zeros((*shape, spec.action_dim), jnp.float32)
-    return {
-        "obs": jnp.zeros((*shape, *spec.observation_shape), obs_dtype),
-        "actions": actions,
-        "log_probs": jnp.zeros(shape, jnp.float32),
-        "advantages": jnp.zeros(shape, jnp.float32),
-        "mask": jnp.zeros(shape, bool),
-    }
+    return ac.evaluation_act(make_network(config, make_env(config).spec), state.params, deterministic), lambda o: o
 
 
 def init(config: Config, key: jax.Array) -> TrainState:
@@ -245,14 +163,17 @@ def init(config: Config, key: jax.Array) -> TrainState:
     key, net_key, trunk_key = jax.random.split(key, 3)
     dummy_obs = jnp.zeros((1, *env.spec.observation_shape), jnp.float32)
     params = network.init(net_key, dummy_obs, method=ActorCritic.policy)  # the actor only: GRPO has no critic
-    opt_state = make_optimizer(config).init(params)
+    opt_state = ac.make_optimizer(config).init(params)
     ref_params = params if config.kl_reference != "none" else None
     trunk = group_starts(env, trunk_key, config.num_groups) if config.group_mode == "branch" else None
-    buffer = None
-    if config.replay_ratio > 0:
-        buffer = replay.init(_batch_item(config, env.spec), 1, config.replay_capacity)
     lagged = lag.init(params, config.behaviour_lag)
-    return TrainState(params, opt_state, ref_params, trunk, buffer, lagged, key, jnp.zeros((), jnp.int32))
+    state = TrainState(params, opt_state, ref_params, trunk, None, lagged, key, jnp.zeros((), jnp.int32))
+    if config.replay_ratio == 0:
+        return state
+    # the replay holds iterations of groups shaped as `collect` returns them: leaves [T, N, ...]
+    item = jax.eval_shape(lambda s, k: collect(config, s, network, k)[0], state, key)
+    item = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), item)
+    return state.replace(buffer=replay.init(item, 1, config.replay_capacity))
 
 
 def loss_fn(params, ref_params, network: ActorCritic, config: Config, batch: dict[str, jax.Array]):
@@ -293,7 +214,7 @@ def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Ar
         starts = state.trunk
     members = repeat_members(starts, config.group_size)
     member_keys = jax.random.split(member_key, config.num_envs)
-    act = behaviour(network, lag.behaviour_params(state.lagged, state.params))
+    act = behaviour(network, lag.behaviour_params(state.lagged, state.params))[0]
     final, traj = grouped_rollout(env, act, no_critic(env), members, member_keys, config.num_steps)
     mask = first_episode_mask(traj.done)
     advantages = estimators.group_relative_advantages(
@@ -325,7 +246,6 @@ def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Ar
 def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: grouped rollout, group-relative advantages, `update_epochs` x minibatches."""
     network = make_network(config, make_env(config).spec)
-    optimizer = make_optimizer(config)
     key, collect_key, replay_key, shuffle_key = jax.random.split(state.key, 4)
     batch, trunk, metrics = collect(config, state, network, collect_key)
 
@@ -342,35 +262,18 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
     else:
         batch["proximal_log_probs"] = batch["log_probs"]
 
-    grad_fn = jax.grad(functools.partial(loss_fn, network=network, config=config), has_aux=True)
-    params, opt_state, stats = minibatch_epochs(
-        lambda params, minibatch: grad_fn(params, state.ref_params, batch=minibatch),
-        optimizer,
-        state.params,
-        state.opt_state,
-        batch,
-        shuffle_key,
-        config.update_epochs,
-        minibatches_per_epoch(config),
+    def loss(params, minibatch):
+        return loss_fn(params, state.ref_params, network, config, minibatch)
+
+    params, opt_state, stats = ac.minibatch_updates(
+        config, loss, state.params, state.opt_state, batch, shuffle_key, config.minibatches_per_epoch
     )
     ref_params = state.ref_params
     if config.kl_reference == "moving":
         move = (state.iteration + 1) % config.ref_update_interval == 0
         tau = jnp.where(move, config.ref_tau, 0.0)
         ref_params = optax.incremental_update(params, ref_params, tau)
-    metrics = {**metrics, **jax.tree.map(jnp.mean, stats)}
+    metrics = {**metrics, **stats}
     lagged = lag.push(state.lagged, state.params)
     state = TrainState(params, opt_state, ref_params, trunk, buffer, lagged, key, state.iteration + 1)
     return state, metrics
-
-
-def train(config: Config, key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
-    """init + `lax.scan` of `update` over `config.num_iterations`; metrics are stacked per iteration."""
-    state = init(config, key)
-    return jax.lax.scan(lambda s, _: update(config, s), state, None, length=config.num_iterations)
-
-
-def make_train(config: Config):
-    """Validates `config` and returns the pure `train(key) -> (TrainState, metrics)`, ready to jit/vmap."""
-    validate(config)
-    return functools.partial(train, config)

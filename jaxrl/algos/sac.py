@@ -3,7 +3,8 @@ Reinforcement Learning with a Stochastic Actor"; automatic temperature from Haar
 Actor-Critic Algorithms and Applications"): a tanh-squashed Gaussian policy, twin soft Q critics with Polyak
 targets, and a temperature alpha tuned toward a target entropy.
 
-Each gradient step, on a replayed batch (actions normalised to [-1, 1]^A; `jaxrl.continuous`):
+Each gradient step, on a replayed batch (actions normalised to [-1, 1]^A; the family module
+`jaxrl.algos.off_policy` holds the iteration, the replay, the critic targets and Polyak updates):
 
 1. Critics: Q_k(o, a) regress on y = r + gamma (1 - terminated) (min_k Q'_k(o', a') - alpha log pi(a'|o')),
    a' ~ pi(.|o') (the soft Bellman backup with clipped double Q).
@@ -16,27 +17,26 @@ Each gradient step, on a replayed batch (actions normalised to [-1, 1]^A; `jaxrl
 4. The critics' targets move by tau.
 
 log pi of the squashed sample is log N(u) - sum_i log(1 - tanh(u_i)^2)
-(`continuous_networks.squashed_gaussian`, distrax's Tanh bijector), the density of the normalised action.
+(`networks.squashed_gaussian`, distrax's Tanh bijector), the density of the normalised action.
 """
 
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import continuous, envs
-from jaxrl.configs import check, check_range, hyper, static
-from jaxrl.continuous_networks import GaussianActor, squashed_gaussian
+from jaxrl import envs
+from jaxrl.algos import off_policy
+from jaxrl.algos.base import check, check_range, hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.networks import GaussianActor, squashed_gaussian
 
-TrainState = continuous.TrainState
+TrainState = off_policy.TrainState
 
 
 @struct.dataclass
-class Config(continuous.Config):
+class Config(off_policy.Config):
     autotune: bool = static(True, "tune the temperature alpha toward the target entropy (else alpha stays fixed)")
     alpha: float = hyper(1.0, "entropy temperature: its initial value with autotune, else the fixed value")
     alpha_learning_rate: float = hyper(1e-3, "Adam learning rate of log(alpha)")
@@ -45,21 +45,19 @@ class Config(continuous.Config):
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    continuous.validate(config, "SAC")
+    off_policy.validate(config, "SAC")
     check(isinstance(config.autotune, bool), "autotune", f"got {config.autotune!r}, must be True or False.")
     check_range(config, "alpha", 0.0, low_open=True)
     check_range(config, "alpha_learning_rate", 0.0, low_open=True)
 
 
-def make_networks(config: Config) -> continuous.Networks:
-    spec = continuous.make_env(config).spec
-    obs_ndim = len(spec.observation_shape)
-    actor = GaussianActor(spec.action_dim, config.hidden_sizes, config.activation, obs_ndim)
-    return continuous.Networks(actor, continuous.make_critic(config, spec))
+def make_networks(config: Config) -> off_policy.Networks:
+    """A GaussianActor (mean and log std of the pre-squash Gaussian) and the critics."""
+    return off_policy.make_networks(config, GaussianActor)
 
 
 def optimizers(config: Config) -> dict[str, optax.GradientTransformation]:
-    return {**continuous.optimizers(config), "log_alpha": optax.adam(config.alpha_learning_rate)}
+    return {**off_policy.optimizers(config), "log_alpha": optax.adam(config.alpha_learning_rate)}
 
 
 def target_entropy(config: Config, action_dim: int):
@@ -68,17 +66,17 @@ def target_entropy(config: Config, action_dim: int):
 
 def init(config: Config, key: jax.Array) -> TrainState:
     log_alpha = jnp.log(jnp.asarray(config.alpha, jnp.float32))
-    return continuous.init(
+    return off_policy.init(
         config, key, make_networks(config), optimizers(config), {"log_alpha": log_alpha}, target_actor=False
     )
 
 
-def policy(networks: continuous.Networks, actor_params, obs: jax.Array):
+def policy(networks: off_policy.Networks, actor_params, obs: jax.Array):
     """pi(.|o): the tanh-squashed Gaussian on (-1, 1)^A."""
     return squashed_gaussian(*networks.actor.apply(actor_params, obs))
 
 
-def explore(config: Config, networks: continuous.Networks, params):
+def explore(config: Config, networks: off_policy.Networks, params):
     """Samples of the current policy (and their log-probabilities)."""
 
     def act(obs, key):
@@ -87,7 +85,7 @@ def explore(config: Config, networks: continuous.Networks, params):
     return act
 
 
-def gradient_step(config: Config, networks: continuous.Networks, state: TrainState, batch, key):
+def gradient_step(config: Config, networks: off_policy.Networks, state: TrainState, batch, key):
     """Critics, then actor, then temperature, then the critics' targets (see the module docstring)."""
     optimizer = optimizers(config)
     params = state.params
@@ -96,15 +94,9 @@ def gradient_step(config: Config, networks: continuous.Networks, state: TrainSta
 
     next_action, next_log_prob = policy(networks, params["actor"], batch["next_obs"]).sample_and_log_prob(seed=next_key)
     next_q = networks.critic.apply(state.target_params["critic"], batch["next_obs"], next_action).min(0)
-    y = continuous.critic_targets(batch, next_q - alpha * next_log_prob, config.gamma)
-
-    def q_loss(critic):
-        q = networks.critic.apply(critic, batch["obs"], batch["actions"])
-        return continuous.critic_loss(q, y), q
-
-    (loss_q, q), grads = jax.value_and_grad(q_loss, has_aux=True)(params["critic"])
-    critic, critic_opt = continuous.apply_gradients(
-        optimizer["critic"], params["critic"], state.opt_state["critic"], grads
+    y = off_policy.critic_targets(batch, next_q - alpha * next_log_prob, config.gamma)
+    critic, critic_opt, loss_q, q = off_policy.fit_critics(
+        networks, params["critic"], state.opt_state["critic"], optimizer["critic"], batch, y
     )
 
     def actor_loss(actor):
@@ -113,18 +105,18 @@ def gradient_step(config: Config, networks: continuous.Networks, state: TrainSta
         return jnp.mean(alpha * log_prob - q_pi), log_prob
 
     (loss_pi, log_prob), grads = jax.value_and_grad(actor_loss, has_aux=True)(params["actor"])
-    actor, actor_opt = continuous.apply_gradients(optimizer["actor"], params["actor"], state.opt_state["actor"], grads)
+    actor, actor_opt = off_policy.apply_gradients(optimizer["actor"], params["actor"], state.opt_state["actor"], grads)
 
     entropy_target = target_entropy(config, batch["actions"].shape[-1])
     log_alpha, alpha_opt = params["log_alpha"], state.opt_state["log_alpha"]
     alpha_loss = temperature_loss(log_alpha, log_prob, entropy_target)
     if config.autotune:
         grad = jax.grad(temperature_loss)(log_alpha, log_prob, entropy_target)
-        log_alpha, alpha_opt = continuous.apply_gradients(optimizer["log_alpha"], log_alpha, alpha_opt, grad)
+        log_alpha, alpha_opt = off_policy.apply_gradients(optimizer["log_alpha"], log_alpha, alpha_opt, grad)
 
     state = state.replace(
         params={"actor": actor, "critic": critic, "log_alpha": log_alpha},
-        target_params={"critic": continuous.polyak(critic, state.target_params["critic"], config.tau)},
+        target_params={"critic": off_policy.polyak(critic, state.target_params["critic"], config.tau)},
         opt_state={"actor": actor_opt, "critic": critic_opt, "log_alpha": alpha_opt},
         gradient_steps=state.gradient_steps + 1,
     )
@@ -147,19 +139,8 @@ def temperature_loss(log_alpha: jax.Array, log_prob: jax.Array, entropy_target) 
 def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: collect `num_steps` steps of every env from the policy, then `updates_per_iteration` SAC
     gradient steps."""
-    state, metrics = continuous.update(config, state, make_networks(config), gradient_step, explore)
+    state, metrics = off_policy.update(config, state, make_networks(config), gradient_step, explore)
     return state, {**metrics, "alpha": jnp.exp(state.params["log_alpha"])}
-
-
-def train(config: Config, key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
-    """init + `lax.scan` of `update` over `config.num_iterations`; metrics are stacked per iteration."""
-    return continuous.train(config, key, init, update)
-
-
-def make_train(config: Config):
-    """Validates `config` and returns the pure `train(key) -> (TrainState, metrics)`, ready to jit/vmap."""
-    validate(config)
-    return functools.partial(train, config)
 
 
 def evaluation_policy(config: Config, state: TrainState, deterministic: bool = True):
@@ -170,6 +151,6 @@ def evaluation_policy(config: Config, state: TrainState, deterministic: bool = T
     def act(obs, key):
         mean, log_std = networks.actor.apply(state.params["actor"], obs)
         u = jnp.tanh(mean) if deterministic else squashed_gaussian(mean, log_std).sample(seed=key)
-        return continuous.scale_action(u, spec)
+        return envs.scale_action(u, spec)
 
     return act, envs.observation_normalizer(state.env.state)

@@ -2,11 +2,12 @@
 Sec. 6.4 and 6.6, 12.7; Rummery & Niranjan 1994; van Seijen, van Hasselt, Whiteson & Wiering 2009, "A
 Theoretical and Empirical Analysis of Expected Sarsa").
 
-Everything but the bootstrap value is PQN's (`jaxrl.algos.pqn`, imported, not copied): `num_envs` envs take
-`num_steps` epsilon-greedy steps of a LayerNorm Q-network, no replay, no target network; the rollout gets
-lambda-return targets (`estimators.lambda_returns`), then `update_epochs` passes of shuffled minibatches regress
-Q(o, a) on them. Where PQN bootstraps with max_a Q(o', a) (Q-learning, off-policy), these bootstrap with values
-of the epsilon-greedy behaviour policy itself, so they learn Q of that policy:
+Everything but the bootstrap value is the Q-learning family's replay-free iteration (`q_learning.lambda_update`,
+shared with PQN): `num_envs` envs take `num_steps` epsilon-greedy steps of a LayerNorm Q-network, no replay, no
+target network; the rollout gets lambda-return targets (`estimators.lambda_returns`), then `update_epochs` passes
+of shuffled minibatches regress Q(o, a) on them. Where PQN bootstraps with max_a Q(o', a) (Q-learning,
+off-policy), these bootstrap with values of the epsilon-greedy behaviour policy itself, so they learn Q of that
+policy:
 
 - SARSA (`expected=False`): next value of step t is Q(o_{t+1}, a_{t+1}), the action the behaviour policy took
   next, when step t+1 is in the same episode and in the window. At the window end (a_{t+1} is chosen by the
@@ -22,17 +23,16 @@ pi_eps uses the epsilon of the current iteration (the one the rollout acted with
 
 from __future__ import annotations
 
-import functools
-
 import chex
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from jaxrl import losses
-from jaxrl.algos import pqn
-from jaxrl.algos.pqn import TrainState, evaluation_policy, init, make_env, make_network, make_optimizer
-from jaxrl.configs import check, hyper, static
+from jaxrl.algos import q_learning
+from jaxrl.algos.base import check, hyper, make_train, static, train
+from jaxrl.algos.q_learning import LambdaState as TrainState
+from jaxrl.algos.q_learning import evaluation_policy, make_env, make_network
 from jaxrl.networks import epsilon_greedy
 from jaxrl.types import Trajectory
 
@@ -44,7 +44,6 @@ __all__ = [
     "init",
     "make_env",
     "make_network",
-    "make_optimizer",
     "make_train",
     "on_policy_next_values",
     "train",
@@ -54,8 +53,9 @@ __all__ = [
 
 
 @struct.dataclass
-class Config(pqn.Config):
-    """PQN's fields (network, optimiser, rollout, epsilon schedule, lambda, reward scale) plus `expected`."""
+class Config(q_learning.LambdaConfig):
+    """The lambda-return iteration's fields (network, optimiser, rollout, epsilon schedule, lambda, reward scale),
+    as PQN has them, plus `expected`."""
 
     q_lambda: float = hyper(0.95, "lambda of the SARSA(lambda) / Expected SARSA(lambda) targets")
     expected: bool = static(
@@ -66,9 +66,12 @@ class Config(pqn.Config):
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    name = "Expected SARSA" if config.expected is True else "SARSA"
-    pqn.validate(config, name)
+    q_learning.validate_lambda(config, "Expected SARSA" if config.expected is True else "SARSA")
     check(isinstance(config.expected, bool), "expected", f"got {config.expected!r}, must be True or False.")
+
+
+def init(config: Config, key: jax.Array) -> TrainState:
+    return q_learning.lambda_init(config, key)
 
 
 def epsilon_greedy_value(q_values: jax.Array, epsilon) -> jax.Array:
@@ -93,18 +96,7 @@ def on_policy_next_values(traj: Trajectory, q_values: jax.Array) -> jax.Array:
 
 
 def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One iteration of PQN's loop (`pqn.update`) with SARSA(lambda) or Expected SARSA(lambda) targets."""
+    """One iteration of the family's loop (`q_learning.lambda_update`) with SARSA(lambda) or Expected
+    SARSA(lambda) targets."""
     next_values = None if config.expected else on_policy_next_values
-    return pqn.update(config, state, epsilon_greedy_value, next_values)
-
-
-def train(config: Config, key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
-    """init + `lax.scan` of `update` over `config.num_iterations`; metrics are stacked per iteration."""
-    state = init(config, key)
-    return jax.lax.scan(lambda s, _: update(config, s), state, None, length=config.num_iterations)
-
-
-def make_train(config: Config):
-    """Validates `config` and returns the pure `train(key) -> (TrainState, metrics)`, ready to jit/vmap."""
-    validate(config)
-    return functools.partial(train, config)
+    return q_learning.lambda_update(config, state, epsilon_greedy_value, next_values)

@@ -20,85 +20,61 @@ standard deviation); the critic's are split off and have their own Adam state in
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from jaxrl import estimators, losses, optim
-from jaxrl import policy_gradient as pg
-from jaxrl.algos.ppo import TrainState, behaviour, evaluation_policy, make_env, make_network
-from jaxrl.configs import check_common, check_range, hyper, static
+from jaxrl import losses, optim
+from jaxrl.algos import actor_critic as ac
+from jaxrl.algos.actor_critic import TrainState, behaviour, evaluation_policy, make_env, make_network  # noqa: F401
+from jaxrl.algos.base import check_range, hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.minibatch import minibatch_epochs
 from jaxrl.networks import ActorCritic
-from jaxrl.rollout import episode_metrics, rollout
-
-__all__ = [
-    "Config",
-    "TrainState",
-    "behaviour",
-    "evaluation_policy",
-    "init",
-    "make_train",
-    "policy_step",
-    "train",
-    "update",
-    "validate",
-]
+from jaxrl.rollout import episode_metrics
 
 
 @struct.dataclass
-class Config:
-    env: str = static("CartPole-v1", "gymnax environment id")
-    num_envs: int = static(16, "parallel environments")
+class Config(ac.Config):
     num_steps: int = static(128, "rollout length T per iteration, per environment")
     total_timesteps: int = static(150_000, "environment steps of the whole run")
     cg_iters: int = static(10, "conjugate gradient iterations of the natural-gradient solve")
     backtrack_iters: int = static(10, "step sizes the line search tries (backtrack_coef^i, i = 0 ..)")
     vf_epochs: int = static(5, "passes of the value regression over each rollout")
     vf_minibatches: int = static(8, "minibatches per value pass; must divide num_envs * num_steps")
-    hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the actor and of the critic MLP")
-    activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
+    optimizer: str = static("adam", "optimiser of the value regression: adam, rmsprop or radam")
     normalize_advantages: bool = static(True, "normalise advantages over the batch")
-    normalize_observations: bool = static(False, "normalise observations by running mean and std")
     max_kl: float = hyper(0.01, "trust region: largest mean KL(pi_old || pi_new) of a policy step")
     damping: float = hyper(0.1, "damping added to the Fisher matrix in the conjugate gradient solve")
     cg_tol: float = hyper(1e-10, "conjugate gradient stops when ||residual|| <= cg_tol * ||gradient||")
     backtrack_coef: float = hyper(0.5, "line search step shrink factor")
-    gamma: float = hyper(0.99, "discount factor")
     gae_lambda: float = hyper(0.95, "GAE lambda")
-    vf_learning_rate: float = hyper(1e-3, "Adam learning rate of the value regression")
+    vf_learning_rate: float = hyper(1e-3, "learning rate of the value regression")
     max_grad_norm: float = hyper(0.5, "global gradient-norm clipping of the value regression")
 
     @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_iterations(self) -> int:
-        return self.total_timesteps // self.batch_size
+    def updates_per_iteration(self) -> int:
+        """Optimiser steps of the value regression per iteration: vf_epochs * vf_minibatches."""
+        return self.vf_epochs * self.vf_minibatches
 
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
     positive = ("num_envs", "num_steps", "cg_iters", "backtrack_iters", "vf_epochs", "vf_minibatches")
-    check_common(config, positive, config.batch_size)
-    pg.check_divides(config, "vf_minibatches")
-    check_range(config, "max_kl", 0.0, low_open=True)
-    check_range(config, "damping", 0.0)
-    check_range(config, "cg_tol", 0.0)
-    check_range(config, "backtrack_coef", 0.0, 1.0, low_open=True)
-    check_range(config, "gamma", 0.0, 1.0)
-    check_range(config, "gae_lambda", 0.0, 1.0)
-    check_range(config, "vf_learning_rate", 0.0, low_open=True)
-    check_range(config, "max_grad_norm", 0.0, low_open=True)
+    ac.validate(config, positive, "vf_minibatches")
+    for field, low, high, low_open in (
+        ("max_kl", 0.0, None, True),
+        ("damping", 0.0, None, False),
+        ("cg_tol", 0.0, None, False),
+        ("backtrack_coef", 0.0, 1.0, True),
+        ("vf_learning_rate", 0.0, None, True),
+    ):
+        check_range(config, field, low, high, low_open)
 
 
-def make_value_optimizer(config: Config) -> optax.GradientTransformation:
-    return pg.make_optimizer("adam", config.vf_learning_rate, config.max_grad_norm)
+def value_optimizer(config: Config) -> optax.GradientTransformation:
+    return optim.clipped_optimizer(config.optimizer, config.vf_learning_rate, config.max_grad_norm)
 
 
 def split_params(params) -> tuple[dict, dict]:
@@ -112,9 +88,7 @@ def merge_params(policy_params, critic_params):
 
 
 def init(config: Config, key: jax.Array) -> TrainState:
-    env = make_env(config)
-    network = make_network(config, env.spec)
-    return pg.init(env, network, make_value_optimizer(config), key, trainable=lambda p: split_params(p)[1])
+    return ac.init(config, key, optimizer=value_optimizer(config), trainable=lambda p: split_params(p)[1])
 
 
 def policy_step(config: Config, network: ActorCritic, params, batch: dict[str, jax.Array]):
@@ -129,7 +103,7 @@ def policy_step(config: Config, network: ActorCritic, params, batch: dict[str, j
     mask = batch["mask"]
     advantages = batch["advantages"]
     if config.normalize_advantages:
-        advantages = pg.normalize(advantages, mask)
+        advantages = ac.normalize(advantages, mask)
 
     def policy(theta):
         return network.apply(merge_params(unravel(theta), critic_params), batch["obs"], method=ActorCritic.policy)
@@ -183,7 +157,7 @@ def value_regression(config: Config, network: ActorCritic, params, opt_state, ba
 
     critic_params, opt_state, stats = minibatch_epochs(
         grad_fn,
-        make_value_optimizer(config),
+        value_optimizer(config),
         critic_params,
         opt_state,
         {k: batch[k] for k in ("obs", "targets", "mask")},
@@ -196,35 +170,10 @@ def value_regression(config: Config, network: ActorCritic, params, opt_state, ba
 
 def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: rollout, GAE, a trust-region natural-gradient policy step, value regression."""
-    env = make_env(config)
-    network = make_network(config, env.spec)
     key, rollout_key, value_key = jax.random.split(state.key, 3)
-
-    act, value = behaviour(network, state.params)
-    carry, traj = rollout(env, act, value, state.env, rollout_key, config.num_steps)
-    advantages, targets = estimators.gae(
-        traj.rewards, traj.values, traj.next_values, traj.terminated, traj.truncated, config.gamma, config.gae_lambda
-    )
-    batch = {
-        "obs": traj.obs,
-        "actions": traj.actions,
-        "log_probs": traj.log_probs,
-        "advantages": advantages,
-        "targets": targets,
-        "mask": jnp.ones(traj.rewards.shape, bool),
-    }
+    network, carry, traj = ac.collect(config, state, rollout_key)
+    batch = ac.rollout_batch(traj, *ac.gae(config, traj))
     params, policy_stats = policy_step(config, network, state.params, batch)
     params, opt_state, value_stats = value_regression(config, network, params, state.opt_state, batch, value_key)
     metrics = {**episode_metrics(traj), **policy_stats, **value_stats}
-    return TrainState(params, opt_state, carry, key, state.iteration + 1), metrics
-
-
-def train(config: Config, key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
-    """init + `lax.scan` of `update` over `config.num_iterations`; metrics are stacked per iteration."""
-    return pg.train(init, update, config, key)
-
-
-def make_train(config: Config):
-    """Validates `config` and returns the pure `train(key) -> (TrainState, metrics)`, ready to jit/vmap."""
-    validate(config)
-    return functools.partial(train, config)
+    return ac.next_state(state, params, opt_state, carry, key), metrics

@@ -1,4 +1,4 @@
-"""The chunked runner and the command line."""
+"""The chunked runner (jaxrl.run: compile, loop, report) and the command line."""
 
 import csv
 import dataclasses
@@ -11,15 +11,16 @@ from test_logging import read_tensorboard
 
 from conftest import assert_trees_close
 from jaxrl import cli
-from jaxrl import train as runner
 from jaxrl.algos import ALGORITHMS, ppo
+from jaxrl.run import compile as run_compile
+from jaxrl.run import loop, report
 
 CONFIG = ppo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 7, update_epochs=2, num_minibatches=2)
 
 
 def test_chunk_sizes_cover_the_run():
     for n, chunks in [(195, 20), (97, 20), (1, 20), (7, 3), (244, 20)]:
-        sizes = runner.chunk_sizes(n, chunks)
+        sizes = run_compile.chunk_sizes(n, chunks)
         assert sum(sizes) == n and len(set(sizes)) <= 2 and all(s > 0 for s in sizes)
 
 
@@ -27,18 +28,18 @@ def test_chunk_sizes_cover_the_run():
 def chunked(tmp_path_factory):
     """2 seeds in 3 chunks (3 + 3 + 1 iterations), with a run folder; shared by the tests below."""
     run_dir = tmp_path_factory.mktemp("chunked")
-    return runner.run(ppo, CONFIG, seeds=2, seed=3, num_chunks=3, run_dir=run_dir, progress=False), run_dir
+    return loop.run(ppo, CONFIG, seeds=2, seed=3, num_chunks=3, run_dir=run_dir, progress=False), run_dir
 
 
 def test_chunked_run_equals_one_train_call(chunked):
     result, tmp_path = chunked
-    assert len(runner.chunk_sizes(CONFIG.num_iterations, 3)) > 1  # really chunked: 7 iterations as 3+3+1
+    assert len(run_compile.chunk_sizes(CONFIG.num_iterations, 3)) > 1  # really chunked: 7 iterations as 3+3+1
     keys = jax.random.split(jax.random.key(3), 2)
     state, metrics = jax.jit(jax.vmap(ppo.make_train(CONFIG)))(keys)
     # XLA fuses init into the first update when both share a program, so agreement is to float32 rounding
     assert_trees_close(result.state, state, rtol=1e-5, atol=1e-6)
     assert_trees_close(result.metrics, dict(metrics), rtol=1e-4, atol=1e-5)
-    one_chunk = runner.run(ppo, CONFIG, seeds=2, seed=3, num_chunks=1, progress=False)
+    one_chunk = loop.run(ppo, CONFIG, seeds=2, seed=3, num_chunks=1, progress=False)
     assert_trees_close(result.state, one_chunk.state, rtol=0, atol=0)  # chunking itself changes nothing
 
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
@@ -55,7 +56,7 @@ def test_evaluation_in_chunks_is_logged_and_changes_no_training_number(chunked, 
     last), inside the compiled chunks, on their own keys: every training metric and the final state are
     exactly those of the run without evaluation."""
     plain, _ = chunked
-    result = runner.run(
+    result = loop.run(
         ppo,
         CONFIG,
         seeds=2,
@@ -86,7 +87,7 @@ def test_evaluation_in_chunks_is_logged_and_changes_no_training_number(chunked, 
     assert all(r["eval_return"] == "nan" for r in rows if r["iteration"] in "01234")
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["eval_iteration"] == 7 and summary["eval_return_mean"] == pytest.approx(returns[:, 1].mean())
-    assert "eval return" in runner.format_summary(summary)
+    assert "eval return" in report.format_summary(summary)
     tensorboard = read_tensorboard(tmp_path / "tensorboard")
     assert [step for step, _ in tensorboard["eval_return"]] == [6 * 64, 7 * 64]
     assert json.loads((tmp_path / "config.json").read_text())["eval"] == {"every": 2, "episodes": 4}
@@ -94,32 +95,30 @@ def test_evaluation_in_chunks_is_logged_and_changes_no_training_number(chunked, 
 
 def test_eval_keys_are_their_own_stream():
     train_keys = jax.random.key_data(jax.random.split(jax.random.key(3), 4))
-    eval_keys = jax.random.key_data(runner.eval_keys(3, 4))
+    eval_keys = jax.random.key_data(run_compile.eval_keys(3, 4))
     assert not set(map(tuple, np.asarray(train_keys))) & set(map(tuple, np.asarray(eval_keys)))
-    np.testing.assert_array_equal(eval_keys[:2], jax.random.key_data(runner.eval_keys(3, 2)))
+    np.testing.assert_array_equal(eval_keys[:2], jax.random.key_data(run_compile.eval_keys(3, 2)))
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_evaluating_chunk_traces_for_every_algorithm(name):
     """The chunk + evaluation program stays jittable (traced, not compiled, here) for every registered
-    algorithm that has an evaluation_policy."""
+    algorithm (each has an evaluation_policy by the protocol)."""
     module = ALGORITHMS[name]
-    if not hasattr(module, "evaluation_policy"):
-        pytest.skip(f"{name} has no evaluation_policy")
     config = module.Config()  # the algorithm's default env (continuous algorithms need a continuous one)
     keys = jax.random.split(jax.random.key(0), 2)
     state = jax.eval_shape(jax.vmap(lambda k: module.init(config, k)), keys)
-    program = jax.vmap(runner.make_chunk(module, config, 2, eval_episodes=3), in_axes=(0, 0, None))
-    _, metrics, scores = jax.eval_shape(program, state, runner.eval_keys(0, 2), np.int32(2))
-    assert {k: v.shape for k, v in scores.items()} == {k: (2,) for k in runner.EVAL_METRICS}
+    program = jax.vmap(run_compile.make_chunk(module, config, 2, eval_episodes=3), in_axes=(0, 0, None))
+    _, metrics, scores = jax.eval_shape(program, state, run_compile.eval_keys(0, 2), np.int32(2))
+    assert {k: v.shape for k, v in scores.items()} == {k: (2,) for k in run_compile.EVAL_METRICS}
     assert all(v.shape[:2] == (2, 2) for v in jax.tree.leaves(metrics))
 
 
 def test_bad_eval_settings_raise():
     with pytest.raises(ValueError, match="eval_every"):
-        runner.run(ppo, CONFIG, eval_every=-1, progress=False)
+        loop.run(ppo, CONFIG, eval_every=-1, progress=False)
     with pytest.raises(ValueError, match="eval_episodes"):
-        runner.run(ppo, CONFIG, eval_every=1, eval_episodes=0, progress=False)
+        loop.run(ppo, CONFIG, eval_every=1, eval_episodes=0, progress=False)
 
 
 def test_cli_trains_and_writes_a_run_folder(tmp_path, capsys):
@@ -154,8 +153,40 @@ def test_every_config_field_is_a_flag():
 
 def test_time_to_return_uses_first_crossing():
     metrics = {"episode_return": np.array([[10.0, np.nan, 480.0, 300.0], [10.0, 20.0, 30.0, 40.0]])}
-    result = runner.RunResult(
+    result = report.RunResult(
         CONFIG, None, metrics, np.arange(1, 5) * 64, np.array([1.0, 2.0, 3.0, 4.0]), 1.0, 3.0, None
     )
     times = result.time_to_return(475)
     assert times[0] == 3.0 and np.isnan(times[1])
+
+
+def test_jaxrl_run_is_the_package_and_run_its_function():
+    import types
+
+    import jaxrl
+    import jaxrl.run
+
+    assert isinstance(jaxrl.run, types.ModuleType) and jaxrl.run.loop is loop and jaxrl.run.run is loop.run
+    with pytest.raises(ValueError, match="eval_every"):
+        jaxrl.run.run(ppo, CONFIG, eval_every=-1, progress=False)
+
+
+def test_unregistered_algorithm_needs_a_name():
+    import types
+
+    algo = types.SimpleNamespace(validate=ppo.validate, init=ppo.init, update=ppo.update)
+    with pytest.raises(ValueError, match="not a registered algorithm"):
+        loop.run(algo, CONFIG, progress=False)
+
+
+def test_final_return_is_the_last_tenth_of_iterations(tmp_path):
+    """RunResult.final_returns and summary.json use report.final_return: 20 iterations -> the last 2."""
+    returns = np.stack([np.arange(20.0), np.r_[np.arange(19.0), np.nan]])
+    result = report.RunResult(
+        CONFIG, None, {"episode_return": returns}, np.arange(1, 21) * 64, np.arange(20.0), 1.0, 2.0, tmp_path
+    )
+    np.testing.assert_array_equal(result.final_returns(), [18.5, 18.0])  # NaN iterations do not count
+    info = report.write_summary(result)
+    assert info == json.loads((tmp_path / "summary.json").read_text())
+    assert info["final_window"] == 2 and info["final_return_per_seed"] == [18.5, 18.0]
+    assert "last 2 iteration(s)" in report.format_summary(info)

@@ -1,6 +1,6 @@
-"""DDPG, TD3 and SAC (`jaxrl.continuous` and its networks): config validation, metrics, determinism, vmap over
-seeds and hyperparameters, Polyak targets, TD3's policy delay, SAC's temperature, the squashed-Gaussian
-log-probability, action scaling, and learning Pendulum (slow)."""
+"""DDPG, TD3 and SAC (the family module `jaxrl.algos.off_policy` and its networks): config validation, metrics,
+determinism, vmap over seeds and hyperparameters, Polyak targets, TD3's policy delay, SAC's temperature, the
+squashed-Gaussian log-probability, action scaling, and learning Pendulum (slow)."""
 
 import functools
 import types
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import assert_trees_close, index
-from jaxrl import continuous, envs, replay
+from jaxrl import envs, replay
 from jaxrl.algos import ALGORITHMS, ddpg, sac, td3
-from jaxrl.continuous_networks import squashed_gaussian
+from jaxrl.networks import squashed_gaussian
 
 ALGOS = {"ddpg": ddpg, "td3": td3, "sac": sac}
 # 10 iterations of 2 envs x 25 steps; learning starts in iteration 2 (100 env steps); 3 gradient steps per
@@ -24,7 +24,7 @@ TINY = dict(
     num_steps=25,
     total_timesteps=2 * 25 * 10,
     buffer_size=200,
-    batch_size=16,
+    replay_batch_size=16,
     updates_per_iteration=3,
     learning_starts=100,
     hidden_sizes=(16, 16),
@@ -74,7 +74,7 @@ def gradient_steps(name, config, state, key, count):
 
     def step(learner, key):
         sample_key, step_key = jax.random.split(key)
-        batch = jax.tree.map(lambda x: x[0], replay.sample(buffer, sample_key, config.batch_size))
+        batch = jax.tree.map(lambda x: x[0], replay.sample(buffer, sample_key, config.replay_batch_size))
         learner, stats = module.gradient_step(config, networks, learner, batch, step_key)
         return learner, (learner, stats)
 
@@ -97,7 +97,7 @@ BAD = [
     (dict(activation="sigmoid"), "activation"),
     (dict(num_envs=0), "num_envs"),
     (dict(num_critics=0), "num_critics"),
-    (dict(batch_size=0), "batch_size"),
+    (dict(replay_batch_size=0), "replay_batch_size"),
     (dict(hidden_sizes=(16, 0)), "hidden_sizes"),
     (dict(gamma=1.5), "gamma"),
     (dict(tau=0.0), "tau"),
@@ -275,7 +275,7 @@ def test_squashed_gaussian_log_prob_matches_change_of_variables():
 def test_actions_are_scaled_to_the_env_bounds():
     """Networks act in [-1, 1]; the env and evaluation see low + (u + 1) (high - low) / 2 (Pendulum: [-2, 2])."""
     spec = envs.make("Pendulum-v1").spec
-    np.testing.assert_allclose(continuous.scale_action(jnp.array([[-1.0], [0.0], [1.0]]), spec), [[-2], [0], [2]])
+    np.testing.assert_allclose(envs.scale_action(jnp.array([[-1.0], [0.0], [1.0]]), spec), [[-2], [0], [2]])
     obs = jax.random.normal(jax.random.key(1), (256, 3)) * 5.0
     for module in (td3, sac):
         config = module.Config(**TINY)

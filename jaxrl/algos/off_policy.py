@@ -1,15 +1,16 @@
-"""What the continuous-control off-policy actor-critics (DDPG, TD3, SAC: `jaxrl.algos.ddpg`, `td3`, `sac`) share:
-the config fields, the training state, the env in normalised actions, the collect-store-replay iteration, the
-critic's TD loss, Polyak target updates, and the deterministic-policy-gradient step of DDPG and TD3.
+"""The continuous-control off-policy actor-critic family (DDPG, TD3, SAC: `jaxrl.algos.ddpg`, `td3`, `sac`): the
+config fields, the training state, the env in normalised actions, the collect-store-replay iteration, critic
+targets, Polyak target updates, and the deterministic-policy-gradient step, exploration and evaluation policy of
+DDPG and TD3.
 
 One iteration (`update`), as in DQN: every one of `num_envs` envs takes `num_steps` steps (uniformly random
 actions until `learning_starts` env steps have been collected, then the algorithm's exploration policy); the
 transitions with their true successor observations go into the replay buffer (`jaxrl.replay`); once
 `learning_starts` env steps are in, `updates_per_iteration` gradient steps each fit the critics and the actor on
-a uniformly sampled batch and move the target networks by Polyak averaging. The algorithm supplies its gradient
-step and its exploration policy; everything else is here.
+a uniformly sampled batch of `replay_batch_size` transitions and move the target networks by Polyak averaging.
+The algorithm supplies its gradient step and its exploration policy; everything else is here.
 
-Actions: the networks, the replay and the losses work in the normalised box [-1, 1]^A; `ScaleAction` maps an
+Actions: the networks, the replay and the losses work in the normalised box [-1, 1]^A; `envs.ScaleAction` maps an
 action u to the env's a = low + (u + 1) (high - low) / 2 as it is applied, so every algorithm is right for any
 Box bounds and exploration noise is in fractions of the half-range.
 
@@ -31,22 +32,24 @@ import optax
 from flax import struct
 
 from jaxrl import envs, estimators, replay
-from jaxrl.configs import check, check_common, check_range, check_replay, hyper, static
-from jaxrl.continuous_networks import Critics
+from jaxrl.algos import base
+from jaxrl.algos.base import check, check_action_space, check_common, check_range, check_replay, hyper, static
+from jaxrl.losses import critic_loss
+from jaxrl.networks import Critics, DeterministicActor, MLPTorso
 from jaxrl.rollout import EnvCarry, episode_metrics, no_critic, reset, rollout
 
 
 @struct.dataclass
-class Config:
+class Config(base.Config):
     """The fields every continuous off-policy algorithm has; `ddpg.Config`, `td3.Config` and `sac.Config` add
-    their own (and may change defaults). A plain dataclass base, fields only."""
+    their own (and may change defaults)."""
 
     env: str = static("Pendulum-v1", "gymnax environment id (continuous, Box actions)")
     num_envs: int = static(4, "parallel environments")
     num_steps: int = static(4, "env steps per environment per iteration (the train frequency)")
     total_timesteps: int = static(20_000, "environment steps of the whole run")
     buffer_size: int = static(100_000, "replay capacity in transitions; a multiple of num_envs")
-    batch_size: int = static(128, "transitions per gradient step")
+    replay_batch_size: int = static(128, "transitions per gradient step (a sampled replay batch)")
     updates_per_iteration: int = static(16, "gradient steps per iteration (per num_envs * num_steps env steps)")
     learning_starts: int = static(1_000, "env steps of uniformly random actions before the first gradient step")
     num_critics: int = static(2, "Q-networks; targets take their minimum (clipped double Q-learning; 1: DDPG)")
@@ -58,13 +61,12 @@ class Config:
     gamma: float = hyper(0.99, "discount factor")
     tau: float = hyper(0.005, "Polyak step of the target networks: target <- tau online + (1 - tau) target")
 
-    @property
-    def steps_per_iteration(self) -> int:
-        return self.num_envs * self.num_steps
 
-    @property
-    def num_iterations(self) -> int:
-        return self.total_timesteps // self.steps_per_iteration
+@struct.dataclass
+class DPGConfig(Config):
+    """The family fields plus what the deterministic-policy-gradient algorithms (DDPG, TD3) share."""
+
+    exploration_noise: float = hyper(0.1, "std of the Gaussian exploration noise, in units of the half-range")
 
 
 @struct.dataclass
@@ -90,61 +92,54 @@ GradientStep = Callable[[Any, Networks, TrainState, dict, jax.Array], tuple[Trai
 Explore = Callable[[Any, Networks, dict], Callable]
 
 
-class ScaleAction(envs.Wrapper):
-    """Takes actions in [-1, 1]^A and applies low + (u + 1) (high - low) / 2 to the wrapped env."""
-
-    def step(self, key, state, action):
-        return self.inner.step(key, state, scale_action(action, self.spec))
+def make_env(config: Config) -> envs.ScaleAction:
+    return envs.ScaleAction(envs.make(config.env, config.num_envs))
 
 
-def scale_action(u: jax.Array, spec: envs.EnvSpec) -> jax.Array:
-    """[-1, 1]^A -> [low, high]."""
-    return spec.action_low + 0.5 * (u + 1.0) * (spec.action_high - spec.action_low)
+def make_critic(config: Config, spec: envs.EnvSpec) -> Critics:
+    torso = MLPTorso(config.hidden_sizes, config.activation, config.critic_layer_norm, len(spec.observation_shape))
+    return Critics(config.num_critics, torso)
 
 
-def make_env(config) -> ScaleAction:
-    return ScaleAction(envs.make(config.env, config.num_envs))
+def make_networks(config: Config, actor: type[nn.Module] = DeterministicActor) -> Networks:
+    """`actor(action_dim, MLP torso)` (DeterministicActor for DDPG / TD3, GaussianActor for SAC) and the critics."""
+    spec = make_env(config).spec
+    obs_ndim = len(spec.observation_shape)
+    head = actor(spec.action_dim, MLPTorso(config.hidden_sizes, config.activation, False, obs_ndim))
+    return Networks(head, make_critic(config, spec))
 
 
-def make_critic(config, spec: envs.EnvSpec) -> Critics:
-    return Critics(
-        config.num_critics,
-        config.hidden_sizes,
-        config.activation,
-        config.critic_layer_norm,
-        len(spec.observation_shape),
-    )
-
-
-def validate(config, name: str) -> None:
-    """The checks the three algorithms share; `name` (e.g. "TD3") goes into the discrete-env message."""
-    positive = ("num_envs", "num_steps", "buffer_size", "batch_size", "updates_per_iteration", "num_critics")
-    check_common(config, positive, config.steps_per_iteration)
+def validate(config: Config, name: str) -> None:
+    """The checks the family shares; `name` (e.g. "TD3") goes into the discrete-env message."""
+    positive = ("num_envs", "num_steps", "buffer_size", "replay_batch_size", "updates_per_iteration", "num_critics")
+    check_common(config, positive)
     check_replay(config, config.num_steps)
     check(
         all(isinstance(h, int) and h >= 1 for h in config.hidden_sizes),
         "hidden_sizes",
         f"got {config.hidden_sizes!r}, must be positive integers.",
     )
-    check(
-        not envs.make(config.env).spec.discrete,
-        "env",
-        f"{config.env} has discrete actions; {name} needs continuous (Box) actions, e.g. Pendulum-v1 or "
-        "MountainCarContinuous-v0 (for discrete actions use dqn or pqn).",
-    )
+    check_action_space(config, envs.make(config.env).spec.discrete, False, name)
     check_range(config, "actor_learning_rate", 0.0, low_open=True)
     check_range(config, "critic_learning_rate", 0.0, low_open=True)
     check_range(config, "gamma", 0.0, 1.0)
     check_range(config, "tau", 0.0, 1.0, low_open=True)
 
 
-def optimizers(config) -> dict[str, optax.GradientTransformation]:
-    """Adam for the actor and for the critics (their own learning rates)."""
+def validate_dpg(config: DPGConfig, name: str) -> None:
+    """`validate` plus DDPG's and TD3's own field."""
+    validate(config, name)
+    check_range(config, "exploration_noise", 0.0)
+
+
+def optimizers(config: Config) -> dict[str, optax.GradientTransformation]:
+    """Adam (optax's defaults) for the actor and for the critics (their own learning rates; no clipping, no
+    annealing)."""
     return {"actor": optax.adam(config.actor_learning_rate), "critic": optax.adam(config.critic_learning_rate)}
 
 
 def init(
-    config,
+    config: Config,
     key: jax.Array,
     networks: Networks,
     optimizers: dict[str, optax.GradientTransformation],
@@ -187,7 +182,7 @@ def uniform_act(action_dim: int):
 
 
 def update(
-    config,
+    config: Config,
     state: TrainState,
     networks: Networks,
     gradient_step: GradientStep,
@@ -200,7 +195,7 @@ def update(
     env = make_env(config)
     key, rollout_key, learn_key = jax.random.split(state.key, 3)
 
-    warmup = state.iteration * config.steps_per_iteration < config.learning_starts
+    warmup = state.iteration * config.env_steps_per_iteration < config.learning_starts
     policy, random = explore(config, networks, state.params), uniform_act(env.spec.action_dim)
 
     def act(obs, key):
@@ -212,7 +207,7 @@ def update(
     def learn(learner):
         def step(learner, step_key):
             sample_key, step_key = jax.random.split(step_key)
-            batch = jax.tree.map(lambda x: x[0], replay.sample(buffer, sample_key, config.batch_size))
+            batch = jax.tree.map(lambda x: x[0], replay.sample(buffer, sample_key, config.replay_batch_size))
             return gradient_step(config, networks, learner, batch, step_key)
 
         learner, stats = jax.lax.scan(step, learner, jax.random.split(learn_key, config.updates_per_iteration))
@@ -224,7 +219,7 @@ def update(
     def wait(learner):  # before learning starts: no gradient step; the stats read 0 (NaN would be a divergence)
         return learner, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), stats_shape)
 
-    env_steps = (state.iteration + 1) * config.steps_per_iteration
+    env_steps = (state.iteration + 1) * config.env_steps_per_iteration
     ready = (env_steps >= config.learning_starts) & replay.can_sample(buffer)
     learner, stats = jax.lax.cond(ready, learn, wait, learner)
     state = learner.replace(buffer=buffer, env=carry, key=key, iteration=state.iteration + 1)
@@ -233,36 +228,36 @@ def update(
 
 def transitions(traj) -> dict[str, jax.Array]:
     """What the replay stores of each step: (o_t, u_t in [-1, 1]^A, r_t, terminated, true o_{t+1})."""
-    return {
-        "obs": traj.obs,
-        "actions": traj.actions,
-        "rewards": traj.rewards,
-        "terminated": traj.terminated,
-        "next_obs": traj.next_obs,
-    }
+    return {name: getattr(traj, name) for name in ("obs", "actions", "rewards", "terminated", "next_obs")}
 
 
-def train(config, key: jax.Array, init_fn, update_fn):
-    """`init_fn(config, key)` + `lax.scan` of `update_fn(config, state)` over `config.num_iterations`."""
-    state = init_fn(config, key)
-    return jax.lax.scan(lambda s, _: update_fn(config, s), state, None, length=config.num_iterations)
+def select(flag: jax.Array, on_true, on_false):
+    """Leaf-wise `jnp.where(flag, on_true, on_false)` of two pytrees of one structure."""
+    return jax.tree.map(functools.partial(jnp.where, flag), on_true, on_false)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Losses and target updates
+# Critic targets and target-network updates
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def critic_loss(q: jax.Array, targets: jax.Array) -> jax.Array:
-    """sum_k mean_b (Q_k(o_b, a_b) - y_b)^2 over the K critics q [K, B] and fixed targets y [B] (each critic
-    regresses on the same target, as in TD3 and SAC)."""
-    return jnp.sum(jnp.mean((q - jax.lax.stop_gradient(targets)) ** 2, axis=-1))
 
 
 def critic_targets(batch: dict[str, jax.Array], next_value: jax.Array, gamma) -> jax.Array:
     """y = r + gamma (1 - terminated) V'(o') [B] (`estimators.td_targets` with a length-1 time axis)."""
     rewards, terminated = batch["rewards"][None], batch["terminated"][None]
     return estimators.td_targets(rewards, next_value[None], terminated, gamma)[0]
+
+
+def fit_critics(networks: Networks, critic, opt_state, optimizer, batch: dict[str, jax.Array], y: jax.Array):
+    """One optimizer step of every critic Q_k on `losses.critic_loss` towards the targets y [B]:
+    (critic, opt_state, loss, q [K, B])."""
+
+    def q_loss(critic):
+        q = networks.critic.apply(critic, batch["obs"], batch["actions"])
+        return critic_loss(q, y), q
+
+    (loss, q), grads = jax.value_and_grad(q_loss, has_aux=True)(critic)
+    critic, opt_state = apply_gradients(optimizer, critic, opt_state, grads)
+    return critic, opt_state, loss, q
 
 
 def polyak(online, target, tau):
@@ -275,18 +270,18 @@ def apply_gradients(optimizer: optax.GradientTransformation, params, opt_state, 
     return optax.apply_updates(params, updates), opt_state
 
 
-def select(flag: jax.Array, on_true, on_false):
-    """Leaf-wise `jnp.where(flag, on_true, on_false)` of two pytrees of one structure."""
-    return jax.tree.map(functools.partial(jnp.where, flag), on_true, on_false)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # DDPG / TD3: deterministic policy gradient with target networks
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def dpg_init(config: DPGConfig, key: jax.Array) -> TrainState:
+    """`init` with a deterministic actor, Adam for actor and critics, and target networks of both."""
+    return init(config, key, make_networks(config), optimizers(config))
+
+
 def dpg_step(
-    config,
+    config: Config,
     networks: Networks,
     state: TrainState,
     batch: dict[str, jax.Array],
@@ -314,13 +309,9 @@ def dpg_step(
     next_action = jnp.clip(next_action + jnp.clip(noise, -noise_clip, noise_clip), -1.0, 1.0)
     next_q = networks.critic.apply(targets["critic"], batch["next_obs"], next_action).min(0)
     y = critic_targets(batch, next_q, config.gamma)
-
-    def q_loss(critic):
-        q = networks.critic.apply(critic, batch["obs"], batch["actions"])
-        return critic_loss(q, y), q
-
-    (loss_q, q), grads = jax.value_and_grad(q_loss, has_aux=True)(params["critic"])
-    critic, critic_opt = apply_gradients(optimizer["critic"], params["critic"], state.opt_state["critic"], grads)
+    critic, critic_opt, loss_q, q = fit_critics(
+        networks, params["critic"], state.opt_state["critic"], optimizer["critic"], batch, y
+    )
 
     def actor_loss(actor):
         return -networks.critic.apply(critic, batch["obs"], networks.actor.apply(actor, batch["obs"]))[0].mean()
@@ -350,31 +341,28 @@ def dpg_step(
     return state, {"critic_loss": loss_q, "actor_loss": loss_pi, "q_mean": q.mean()}
 
 
-def gaussian_explore(noise_std_field: str = "exploration_noise") -> Explore:
-    """DDPG / TD3 exploration: u = clip(mu(o) + N(0, sigma^2), -1, 1) with sigma = config.<noise_std_field>
+def gaussian_explore(config: DPGConfig, networks: Networks, params) -> Callable:
+    """DDPG / TD3 exploration: u = clip(mu(o) + N(0, sigma^2), -1, 1) with sigma = `exploration_noise`
     (Gaussian noise, as Fujimoto et al. 2018 found as good as Lillicrap et al.'s Ornstein-Uhlenbeck process)."""
+    sigma = config.exploration_noise
 
-    def explore(config, networks: Networks, params):
-        sigma = getattr(config, noise_std_field)
+    def act(obs, key):
+        mu = networks.actor.apply(params["actor"], obs)
+        action = jnp.clip(mu + sigma * jax.random.normal(key, mu.shape), -1.0, 1.0)
+        return action, jnp.zeros(obs.shape[:1], jnp.float32)
 
-        def act(obs, key):
-            mu = networks.actor.apply(params["actor"], obs)
-            action = jnp.clip(mu + sigma * jax.random.normal(key, mu.shape), -1.0, 1.0)
-            return action, jnp.zeros(obs.shape[:1], jnp.float32)
-
-        return act
-
-    return explore
+    return act
 
 
-def deterministic_evaluation_policy(config, networks: Networks, state: TrainState, deterministic: bool):
+def dpg_evaluation_policy(config: DPGConfig, state: TrainState, deterministic: bool = True):
     """`(act(obs, key) -> env action, normalize)` for `jaxrl.evaluate`: mu(o) scaled to the env's bounds, plus
     the exploration noise when not `deterministic`."""
+    networks = make_networks(config)
     spec = envs.make(config.env).spec
-    explore = gaussian_explore()(config, networks, state.params)
+    explore = gaussian_explore(config, networks, state.params)
 
     def act(obs, key):
         u = networks.actor.apply(state.params["actor"], obs) if deterministic else explore(obs, key)[0]
-        return scale_action(u, spec)
+        return envs.scale_action(u, spec)
 
     return act, envs.observation_normalizer(state.env.state)

@@ -1,0 +1,116 @@
+"""What every benchmark measures the same way: compile and run seconds, env steps and steps/s, the machine, the
+final return, and compact JSON results.
+
+Timing, one definition for every script:
+  * compile_s: the wall seconds of `jax.jit(fn).lower(*args).compile()` (tracing, lowering and XLA compilation;
+    JAX's persistent compilation cache is off unless the caller turns it on, so these are cold compiles);
+  * run_s: the fastest of `repeats` calls of that compiled executable, each waited for with
+    `jax.block_until_ready` (one call by default; more where the machine is shared and noisy);
+  * steps_per_s: env steps executed by those calls (all seeds of a vmapped program) / run_s.
+
+This module imports only the standard library, numpy and jax at its top, so the peer workers
+(`benchmarks/peer_workers`) can use it inside a peer library's own virtual environment, where jaxrl cannot be
+imported; jaxrl is imported only inside `mean_final_return` and `binned_curve`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+
+class Timing(NamedTuple):
+    """`measure`'s result; unpacks as `compile_s, run_s, out`."""
+
+    compile_s: float
+    run_s: float
+    out: Any
+
+
+def measure(fn, *args, repeats: int = 1) -> Timing:
+    """Compiles `jax.jit(fn)` for `args` and calls it `repeats` times: (compile_s, run_s, output), as defined in
+    this module's docstring (compile_s: `lower(*args).compile()` seconds; run_s: the fastest call)."""
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - start
+    run_s, out = float("inf"), None
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        out = jax.block_until_ready(compiled(*args))
+        run_s = min(run_s, time.perf_counter() - start)
+    return Timing(compile_s, run_s, out)
+
+
+def env_steps(config, seeds: int = 1) -> int:
+    """Env steps a whole training run of `config` executes: seeds x num_iterations x env_steps_per_iteration."""
+    return seeds * config.num_iterations * config.env_steps_per_iteration
+
+
+def mean_final_return(episode_return) -> float:
+    """`jaxrl.run.report.final_return` (the last 10% of iterations, NaN-aware) of each run in `episode_return`
+    [..., iterations], averaged over the runs (seeds); NaN where no run completed an episode in its window."""
+    from jaxrl.run.report import final_return
+
+    final = np.asarray(final_return(episode_return), np.float64)
+    finite = final[np.isfinite(final)]
+    return float(finite.mean()) if finite.size else float("nan")
+
+
+CURVE_POINTS = 200  # learning curves are stored as at most this many groups of iterations
+
+
+def binned_curve(episode_return, env_steps_per_iteration: int, points: int = CURVE_POINTS):
+    """A learning curve for the results JSON: `episode_return` [seeds, iterations] averaged (NaN-aware) within at
+    most `points` consecutive groups of iterations (`jaxrl.plot.bin_iterations`), rounded to 0.01.
+
+    Returns (env steps at each group's last iteration [groups], returns [seeds, groups]) as lists; NaN where a
+    seed completed no episode in a group."""
+    from jaxrl.plot import bin_iterations
+
+    returns = np.asarray(episode_return, np.float64)
+    iteration_steps = env_steps_per_iteration * np.arange(1, returns.shape[-1] + 1)
+    steps, binned = bin_iterations(returns, iteration_steps, bins=points)
+    return [int(s) for s in steps], binned.round(2).tolist()
+
+
+def machine() -> dict:
+    """The machine a benchmark ran on: processor, CPU count, platform, python, jax, devices and load average."""
+    processor = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+        processor = model or processor
+    except (OSError, StopIteration):
+        pass
+    return {
+        "processor": processor,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "devices": [str(d) for d in jax.devices()],
+        # other work on the machine slows every row; the ratios within one run suffer less
+        "load_average_1_5_15min": list(os.getloadavg()),
+    }
+
+
+def _jsonable(value):
+    if isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "__array__"):
+        return np.asarray(value).tolist()
+    return str(value)
+
+
+def write_json(path: str | Path, record) -> Path:
+    """Writes `record` as compact JSON (no indentation; numpy/jax arrays as lists, anything else unknown as its
+    str) and returns the path. Results meant for reading are the Markdown tables and PNG plots."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, separators=(",", ":"), default=_jsonable) + "\n")
+    return path

@@ -1,0 +1,264 @@
+"""The on-policy actor-critic family: what PPO, A2C, REINFORCE, TRPO, IMPALA and GRPO share.
+
+- `Config`: the fields of a learner that steps one batch of `num_envs` environments `num_steps` per iteration
+  with an actor-critic MLP (PPO, A2C, REINFORCE, TRPO, IMPALA subclass it; a subclass redeclares a field only
+  to change its default or help). GRPO's members are groups of 1-env rollouts, so its `num_envs` and
+  `num_steps` are derived properties and its Config subclasses `base.Config` directly; the functions here
+  read only the fields they name.
+- `validate`: the checks the family shares, and one valid range per field wherever a Config has that field.
+- The env, the network (`ActorCritic` on an `MLPTorso`), the rollout's behaviour policy, the evaluation policy,
+  the optimiser (`optim.clipped_optimizer` at `optim.learning_rate_schedule`, per iteration) and `init`.
+- The masked actor-critic loss (the importance-weighted policy gradient, an entropy bonus and a value
+  regression over a validity mask) and its minibatch step (A2C, REINFORCE), masked advantage normalisation
+  and the exact KL between two parameter sets.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jaxrl import envs, estimators, lag, losses, optim
+from jaxrl.algos import base
+from jaxrl.algos.base import check_choice, check_common, check_divides, check_range, hyper, static
+from jaxrl.minibatch import minibatch_epochs
+from jaxrl.networks import ActorCritic, MLPTorso
+from jaxrl.rollout import EnvCarry, reset, rollout
+from jaxrl.types import Trajectory
+
+
+@struct.dataclass
+class Config(base.Config):
+    """The fields of the family's learners on one vectorised rollout (PPO, A2C, REINFORCE, TRPO, IMPALA). Each
+    declares its own optimisation fields (`update_epochs`, `num_minibatches`, `learning_rate`, `anneal_lr`, ...)
+    and redeclares one of these only to change its default or help."""
+
+    num_envs: int = static(16, "parallel environments")
+    num_steps: int = static(64, "rollout length T per iteration, per environment")
+    hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the actor and of the critic MLP")
+    activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
+    optimizer: str = static("adam", "optimiser after global-norm clipping: adam, rmsprop or radam")
+    normalize_observations: bool = static(False, "normalise observations by running mean and std")
+    gamma: float = hyper(0.99, "discount factor")
+    max_grad_norm: float = hyper(0.5, "global gradient-norm clipping threshold")
+
+    @property
+    def updates_per_iteration(self) -> int:
+        """Gradient steps per iteration: update_epochs * num_minibatches (TRPO: its value regression's)."""
+        return self.update_epochs * self.num_minibatches
+
+
+@struct.dataclass
+class TrainState:
+    params: Any
+    opt_state: optax.OptState
+    env: EnvCarry
+    key: jax.Array
+    iteration: jax.Array
+    lagged: lag.ParamsLag | None = None  # IMPALA: the learner's last `behaviour_lag` parameters (None: no lag)
+
+
+# field: (low, high, low_open), checked wherever a Config has the field
+RANGES = {
+    "learning_rate": (0.0, None, True),
+    "max_grad_norm": (0.0, None, True),
+    "clip_eps": (0.0, None, True),
+    "gamma": (0.0, 1.0, False),
+    "gae_lambda": (0.0, 1.0, False),
+    "ent_coef": (0.0, None, False),
+    "vf_coef": (0.0, None, False),
+}
+
+
+def validate(
+    config,
+    positive_ints: tuple[str, ...] = ("num_envs", "num_steps", "update_epochs", "num_minibatches"),
+    minibatches: str = "num_minibatches",
+    what: str = "num_envs * num_steps",
+) -> None:
+    """The family's checks: `base.check_common` on `positive_ints`, `minibatches` divides the rollout batch, a
+    known optimiser, and each field of `RANGES` the config has in its range."""
+    check_common(config, positive_ints)
+    check_divides(config, minibatches, what=what)
+    check_choice(config, "optimizer", optim.OPTIMIZERS)
+    for field, (low, high, low_open) in RANGES.items():
+        if hasattr(config, field):
+            check_range(config, field, low, high, low_open)
+
+
+def make_env(config: Config):
+    return envs.make(config.env, config.num_envs, normalize_observations=config.normalize_observations)
+
+
+def torso(config, spec: envs.EnvSpec) -> MLPTorso:
+    return MLPTorso(config.hidden_sizes, config.activation, False, len(spec.observation_shape))
+
+
+def make_network(config, spec: envs.EnvSpec) -> ActorCritic:
+    return ActorCritic(spec.action_dim, spec.discrete, torso(config, spec))
+
+
+def policy_of(network, params) -> Callable:
+    """`obs -> pi(.|obs)`, the action distribution at `params`."""
+    return functools.partial(network.apply, params, method="policy")
+
+
+def behaviour(network, params) -> tuple[Callable, Callable]:
+    """The rollout's policy `act(obs, key) -> (action, log_prob)` and critic `value(obs)` at `params`."""
+
+    def act(obs, key):
+        return policy_of(network, params)(obs).sample_and_log_prob(seed=key)
+
+    return act, functools.partial(network.apply, params, method="value")
+
+
+def evaluation_act(network, params, deterministic: bool = True) -> Callable:
+    """`act(obs, key) -> action` of the policy at `params`: its mode when `deterministic`, else a sample."""
+
+    def act(obs, key):
+        dist = policy_of(network, params)(obs)
+        return dist.mode() if deterministic else dist.sample(seed=key)
+
+    return act
+
+
+def evaluation_policy(config: Config, state: TrainState, deterministic: bool = True, network=None):
+    """`act(obs, key) -> action` of the trained policy and the observation normalisation it was trained with,
+    for `jaxrl.evaluate.evaluate`."""
+    network = make_network(config, make_env(config).spec) if network is None else network
+    return evaluation_act(network, state.params, deterministic), envs.observation_normalizer(state.env.state)
+
+
+def make_optimizer(config) -> optax.GradientTransformation:
+    """`config.optimizer` after clipping at `max_grad_norm`, at `learning_rate`, annealed per iteration with
+    `anneal_lr` (`optim.learning_rate_schedule` over `updates_per_iteration` steps an iteration)."""
+    schedule = optim.learning_rate_schedule(
+        config.learning_rate, config.anneal_lr, config.updates_per_iteration, config.num_iterations
+    )
+    return optim.clipped_optimizer(config.optimizer, schedule, config.max_grad_norm)
+
+
+def init(config: Config, key: jax.Array, network=None, optimizer=None, trainable=None) -> TrainState:
+    """Fresh network parameters, env batch and optimiser state (of `trainable(params)`; all by default).
+    `network` defaults to `make_network`, `optimizer` to `make_optimizer`."""
+    env = make_env(config)
+    network = make_network(config, env.spec) if network is None else network
+    optimizer = make_optimizer(config) if optimizer is None else optimizer
+    key, net_key, env_key = jax.random.split(key, 3)
+    carry = reset(env, env_key)
+    params = network.init(net_key, carry.obs[:1])
+    opt_state = optimizer.init(params if trainable is None else trainable(params))
+    return TrainState(params, opt_state, carry, key, jnp.zeros((), jnp.int32))
+
+
+def collect(config: Config, state: TrainState, key: jax.Array) -> tuple[ActorCritic, EnvCarry, Trajectory]:
+    """(network, env batch after, trajectory) of `num_steps` steps of the policy at `state.params`, valued by
+    its critic."""
+    env = make_env(config)
+    network = make_network(config, env.spec)
+    act, value = behaviour(network, state.params)
+    return (network, *rollout(env, act, value, state.env, key, config.num_steps))
+
+
+def gae(config, traj: Trajectory) -> tuple[jax.Array, jax.Array]:
+    """(advantages, value targets) of `estimators.gae` with `config.gamma` and `config.gae_lambda`."""
+    return estimators.gae(
+        traj.rewards, traj.values, traj.next_values, traj.terminated, traj.truncated, config.gamma, config.gae_lambda
+    )
+
+
+def next_state(state: TrainState, params, opt_state, env: EnvCarry, key: jax.Array) -> TrainState:
+    """The state after one iteration."""
+    return state.replace(params=params, opt_state=opt_state, env=env, key=key, iteration=state.iteration + 1)
+
+
+def rollout_batch(traj: Trajectory, advantages: jax.Array, targets: jax.Array, mask=None) -> dict[str, jax.Array]:
+    """What the masked actor-critic loss reads of a rollout; `mask` defaults to every step valid."""
+    mask = jnp.ones(traj.rewards.shape, bool) if mask is None else mask
+    return {
+        "obs": traj.obs,
+        "actions": traj.actions,
+        "log_probs": traj.log_probs,
+        "advantages": advantages,
+        "targets": targets,
+        "mask": mask,
+    }
+
+
+def normalize(x: jax.Array, mask: jax.Array) -> jax.Array:
+    """(x - mean) / (std + 1e-8) over the elements where `mask`."""
+    mean = losses.masked_mean(x, mask)
+    std = jnp.sqrt(losses.masked_mean(jnp.square(x - mean), mask))
+    return (x - mean) / (std + 1e-8)
+
+
+def actor_critic_loss(params, network: ActorCritic, config, batch: dict[str, jax.Array], critic: bool = True):
+    """Masked mean of the policy-gradient loss - ent_coef * entropy (+ vf_coef * 0.5 (V - G)^2 with `critic`).
+
+    The policy term is `losses.policy_gradient_loss`, -rho A with rho = pi / mu from the stored behaviour
+    log-probabilities: on the first gradient step of a rollout rho = 1 and its gradient is the score-function
+    estimate -A grad log pi; later epochs (if any) stay importance-corrected. `batch` holds obs, actions,
+    log_probs, advantages, targets and a validity mask; advantages are normalised over the valid elements when
+    `config.normalize_advantages`.
+    """
+    mask = batch["mask"]
+    if critic:
+        dist, values = network.apply(params, batch["obs"])
+    else:
+        dist = network.apply(params, batch["obs"], method=ActorCritic.policy)
+    log_prob = dist.log_prob(batch["actions"])
+    advantages = batch["advantages"]
+    if config.normalize_advantages:
+        advantages = normalize(advantages, mask)
+    policy_loss = losses.masked_mean(losses.policy_gradient_loss(log_prob, batch["log_probs"], advantages), mask)
+    entropy = losses.masked_mean(dist.entropy(), mask)
+    total = policy_loss - config.ent_coef * entropy
+    value_loss = jnp.zeros(())
+    if critic:
+        value_loss = losses.masked_mean(losses.value_loss(values, batch["targets"]), mask)
+        total = total + config.vf_coef * value_loss
+    return total, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
+
+
+def policy_kl(network: ActorCritic, old_params, new_params, obs: jax.Array, mask: jax.Array) -> jax.Array:
+    """Mean over the valid observations of the exact KL(pi_old(.|s) || pi_new(.|s))."""
+    old = network.apply(old_params, obs, method=ActorCritic.policy)
+    new = network.apply(new_params, obs, method=ActorCritic.policy)
+    return losses.masked_mean(old.kl_divergence(new), mask)
+
+
+def minibatch_updates(config, loss: Callable, params, opt_state, batch, key: jax.Array, num_minibatches=None):
+    """`config.update_epochs` passes of `num_minibatches` (default `config.num_minibatches`) shuffled minibatches,
+    one `make_optimizer` step each on `loss(params, minibatch) -> (total, stats)`. Returns (params, opt_state,
+    stats averaged over the steps)."""
+    num_minibatches = config.num_minibatches if num_minibatches is None else num_minibatches
+    params, opt_state, stats = minibatch_epochs(
+        jax.grad(loss, has_aux=True),
+        make_optimizer(config),
+        params,
+        opt_state,
+        batch,
+        key,
+        config.update_epochs,
+        num_minibatches,
+    )
+    return params, opt_state, jax.tree.map(jnp.mean, stats)
+
+
+def actor_critic_step(config, network, params, opt_state, batch, key, critic: bool = True):
+    """`minibatch_updates` of `actor_critic_loss` (1 x 1: one gradient step on the whole rollout). Returns
+    (params, opt_state, stats) with the stats averaged over the steps and `kl`, the exact mean KL from the
+    rollout's policy to the updated one on the rollout's states."""
+
+    def loss(p, minibatch):
+        return actor_critic_loss(p, network, config, minibatch, critic)
+
+    new_params, opt_state, stats = minibatch_updates(config, loss, params, opt_state, batch, key)
+    stats["kl"] = policy_kl(network, params, new_params, batch["obs"], batch["mask"])
+    return new_params, opt_state, stats

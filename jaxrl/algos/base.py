@@ -1,0 +1,250 @@
+"""The algorithm protocol, the Config conventions every algorithm shares, its validators, and the ONE generic
+`train(config, key)` / `make_train(config)`.
+
+An algorithm is a module with `Config`, `validate`, `init`, `update` and `evaluation_policy` (the `Algorithm`
+protocol below; a module satisfies a Protocol structurally, PEP 544). `jaxrl.algos` registers each one under its
+name (`register`), which is how `train`, the runner and sweeps find the algorithm of a Config: by its class.
+
+Configs are frozen flax dataclasses: fields that fix shapes or control flow are `static` (compiled into the
+program); numeric hyperparameters are `hyper` (pytree leaves, traced, vmappable in sweeps). Names keep one
+meaning in every Config: `num_envs` parallel environments, `num_steps` steps per environment per iteration,
+`env_steps_per_iteration` = num_envs * num_steps, `num_iterations` = total_timesteps // env_steps_per_iteration,
+`updates_per_iteration` gradient steps per iteration, `replay_batch_size` a sampled replay batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import numbers
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import jax
+from flax import struct
+
+from jaxrl.envs import check_env_id
+from jaxrl.networks import ACTIVATIONS
+
+# ---------------------------------------------------------------------------------------------------------
+# The protocol and the registry
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Algorithm(Protocol):
+    """What every algorithm module provides; `train` and `make_train` come from here, once."""
+
+    Config: type
+
+    def validate(self, config) -> None:
+        """Raises a ValueError naming the field and the fix, before anything compiles."""
+
+    def init(self, config, key: jax.Array) -> Any:
+        """The initial TrainState (a pytree)."""
+
+    def update(self, config, state) -> tuple[Any, dict[str, jax.Array]]:
+        """One iteration: (new state, scalar metrics)."""
+
+    def evaluation_policy(self, config, state, deterministic: bool = True) -> tuple[Callable, Callable]:
+        """(act(obs, key) -> env action, normalize(obs) -> obs) of the trained policy, for `jaxrl.evaluate`."""
+
+
+_BY_CONFIG: dict[type, Algorithm] = {}
+_BY_NAME: dict[str, Algorithm] = {}
+
+
+def register(**algorithms: Algorithm) -> dict[str, Algorithm]:
+    """Registers algorithms by name (`register(ppo=ppo_module)`); returns the full name -> algorithm table.
+    Each algorithm's Config class must be its own (a subclass is a new algorithm or a variant field)."""
+    for name, algo in algorithms.items():
+        for member in ("Config", "validate", "init", "update", "evaluation_policy"):
+            if not callable(getattr(algo, member, None)):
+                raise TypeError(f"algorithm {name!r} lacks {member}: see jaxrl.algos.base.Algorithm.")
+        owner = _BY_CONFIG.get(algo.Config)
+        if owner is not None and owner is not algo:
+            raise ValueError(f"algorithm {name!r}: its Config class is already registered for another algorithm.")
+        _BY_CONFIG[algo.Config] = algo
+        _BY_NAME[name] = algo
+    return dict(_BY_NAME)
+
+
+def algorithm_of(config) -> Algorithm:
+    """The registered algorithm whose Config class `config` is an instance of (exactly)."""
+    algo = _BY_CONFIG.get(type(config))
+    if algo is None:
+        raise ValueError(
+            f"{type(config).__qualname__} is not the Config of a registered algorithm; register yours with "
+            "jaxrl.algos.base.register(name=module)."
+        )
+    return algo
+
+
+def name_of(algo: Algorithm) -> str:
+    """The registered name of `algo` (e.g. "ppo")."""
+    for name, registered in _BY_NAME.items():
+        if registered is algo:
+            return name
+    raise ValueError(f"{algo!r} is not a registered algorithm.")
+
+
+def train(config, key: jax.Array):
+    """init + `lax.scan` of `update` over `config.num_iterations`: (final TrainState, metrics stacked per
+    iteration). Pure in (config, key), so `jax.vmap(train)(stacked_configs, keys)` sweeps hyperparameters."""
+    algo = algorithm_of(config)
+    state = algo.init(config, key)
+    return jax.lax.scan(lambda s, _: algo.update(config, s), state, None, length=config.num_iterations)
+
+
+def make_train(config):
+    """Validates `config` and returns the pure `train(key) -> (TrainState, metrics)`, ready to jit/vmap."""
+    algorithm_of(config).validate(config)
+    return functools.partial(train, config)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Config fields and the properties every Config shares
+# ---------------------------------------------------------------------------------------------------------
+
+
+def static(default, help: str):
+    """A field baked into the compiled program (shapes, loop counts, env id, switches)."""
+    return struct.field(pytree_node=False, default=default, metadata={"help": help})
+
+
+def hyper(default, help: str):
+    """A numeric hyperparameter: a pytree leaf, traced under jit, vmappable in sweeps."""
+    return struct.field(pytree_node=True, default=default, metadata={"help": help})
+
+
+def is_static(field: dataclasses.Field) -> bool:
+    return not field.metadata.get("pytree_node", True)
+
+
+@struct.dataclass
+class Config:
+    """The base of every algorithm's Config: the env and the run's length, and the derived counts.
+
+    Subclasses declare `num_envs` and `num_steps` (as fields, or as properties as GRPO does)."""
+
+    env: str = static("CartPole-v1", "gymnax environment id")
+    total_timesteps: int = static(200_000, "environment steps of the whole run (per seed)")
+
+    @property
+    def env_steps_per_iteration(self) -> int:
+        """Environment steps of one iteration: num_envs * num_steps."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        """Iterations of the run: total_timesteps // env_steps_per_iteration."""
+        return self.total_timesteps // self.env_steps_per_iteration
+
+
+def to_dict(config) -> dict:
+    return {f.name: _jsonable(getattr(config, f.name)) for f in dataclasses.fields(config)}
+
+
+def _jsonable(value):
+    if isinstance(value, tuple):
+        return list(value)
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Validators: each raises ValueError("Config.<field>: <what is wrong and the fix>")
+# ---------------------------------------------------------------------------------------------------------
+
+
+def concrete(value) -> bool:
+    """True for a plain Python number (not a tracer or a stacked array), which can be checked on the host."""
+    return isinstance(value, numbers.Number)
+
+
+def check(condition: bool, field: str, message: str) -> None:
+    if not condition:
+        raise ValueError(f"Config.{field}: {message}")
+
+
+def check_range(config, field: str, low=None, high=None, low_open=False) -> None:
+    value = getattr(config, field)
+    if not concrete(value):
+        return
+    if low is not None:
+        ok = value > low if low_open else value >= low
+        check(ok, field, f"got {value}, must be {'>' if low_open else '>='} {low}.")
+    if high is not None:
+        check(value <= high, field, f"got {value}, must be <= {high}.")
+
+
+def check_choice(config, field: str, allowed) -> None:
+    value = getattr(config, field)
+    check(value in allowed, field, f"{value!r} is not one of {', '.join(map(str, allowed))}.")
+
+
+def check_int(config, field: str, minimum: int = 1) -> None:
+    value = getattr(config, field)
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    check(ok, field, f"got {value!r}, must be an integer >= {minimum}.")
+
+
+def check_common(config, positive_ints: tuple[str, ...]) -> None:
+    """The checks every algorithm's `validate` shares: a registered env id, positive integer fields, at least
+    one iteration in `total_timesteps`, and a known activation."""
+    check_env_id(config.env)
+    for name in positive_ints:
+        check_int(config, name, 1)
+    check(
+        config.total_timesteps // config.env_steps_per_iteration >= 1,
+        "total_timesteps",
+        f"{config.total_timesteps} is less than one iteration (num_envs * num_steps = "
+        f"{config.env_steps_per_iteration}).",
+    )
+    check_choice(config, "activation", tuple(ACTIVATIONS))
+
+
+def check_divides(config, field: str, batch: int | None = None, what: str = "num_envs * num_steps") -> None:
+    """`field` (a minibatch count) must divide the rollout batch (default num_envs * num_steps)."""
+    batch = config.env_steps_per_iteration if batch is None else batch
+    parts = getattr(config, field)
+    check(
+        batch % parts == 0,
+        field,
+        f"{parts} does not divide the batch {what} = {batch}; choose a divisor of {batch}.",
+    )
+
+
+def check_action_space(config, discrete: bool, wanted: bool, algorithm: str) -> None:
+    """The env's action space must be discrete (`wanted`=True) or continuous (False) for `algorithm`."""
+    if discrete == wanted:
+        return
+    if wanted:
+        hint = f"{algorithm} needs a discrete action space (e.g. CartPole-v1)"
+    else:
+        hint = f"{algorithm} needs continuous (Box) actions, e.g. Pendulum-v1 or MountainCarContinuous-v0"
+    kind = "discrete" if discrete else "continuous"
+    check(False, "env", f"{config.env} has {kind} actions; {hint}.")
+
+
+def check_replay(config, window: int) -> None:
+    """The checks a replay-based learner shares: `learning_starts` leaves env steps to learn from, and
+    `buffer_size` is a multiple of `num_envs` holding at least `window` steps per env."""
+    check_int(config, "learning_starts", 0)
+    check(
+        config.learning_starts < config.num_iterations * config.env_steps_per_iteration,
+        "learning_starts",
+        f"{config.learning_starts} leaves no env steps to learn from in total_timesteps={config.total_timesteps}.",
+    )
+    check(
+        config.buffer_size % config.num_envs == 0,
+        "buffer_size",
+        f"{config.buffer_size} is not a multiple of num_envs={config.num_envs}; "
+        f"use e.g. {config.buffer_size // config.num_envs * config.num_envs or config.num_envs}.",
+    )
+    check(
+        config.buffer_size // config.num_envs >= window,
+        "buffer_size",
+        f"{config.buffer_size} holds fewer than {window} steps per env ({config.num_envs} envs; it needs "
+        f"num_steps and any n-step window); make it larger.",
+    )

@@ -1,0 +1,142 @@
+"""Reporting a run: the one definition of a run's "final return", used by the runner, sweeps, the results suite
+and the benchmarks; the runner's `RunResult`; and `summary`, the content of a run folder's summary.json."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FINAL_FRACTION = 0.1  # the final return averages the last 10% of iterations
+
+
+def final_window(num_iterations: int, fraction: float = FINAL_FRACTION) -> int:
+    """How many trailing iterations the final return averages: ceil(fraction * iterations), at least 1."""
+    return max(1, int(np.ceil(fraction * num_iterations)))
+
+
+def final_return(episode_return: np.ndarray, fraction: float = FINAL_FRACTION) -> np.ndarray:
+    """The final return of each run: the NaN-mean over the last `final_window` iterations of the per-iteration
+    mean episode return, `episode_return` [..., iterations] -> [...] (NaN where no episode ended in the window).
+
+    Iterations in which no episode ended carry NaN and do not count."""
+    values = np.asarray(episode_return, np.float64)
+    values = values[..., -final_window(values.shape[-1], fraction) :]
+    finite = np.isfinite(values)
+    total = np.where(finite, values, 0.0).sum(-1)
+    count = finite.sum(-1)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What `jaxrl.run.run` returns: the final state and every iteration's metrics of S seeds."""
+
+    config: Any
+    state: Any  # final training state, stacked over seeds
+    metrics: dict[str, np.ndarray]  # name -> [seeds, iterations]
+    env_steps: np.ndarray  # [iterations] env steps (per seed) at the end of each iteration
+    wall_s: np.ndarray  # [iterations] seconds since the start of the run (compile included) per iteration
+    compile_s: float
+    run_s: float
+    run_dir: Path | None
+
+    @property
+    def steps_per_second(self) -> float:
+        """Aggregate env steps per second over all seeds, compile time excluded."""
+        seeds = next(iter(self.metrics.values())).shape[0]
+        return float(self.env_steps[-1] * seeds / self.run_s)
+
+    def final_returns(self, fraction: float = FINAL_FRACTION) -> np.ndarray:
+        """[seeds] the final return of each seed (`final_return`: the last 10% of iterations)."""
+        return final_return(self.metrics["episode_return"], fraction)
+
+    def time_to_return(self, target: float) -> np.ndarray:
+        """[seeds] wall seconds (compile included) until an iteration's mean return first reached `target`."""
+        reached = np.nan_to_num(self.metrics["episode_return"], nan=-np.inf) >= target
+        first = np.where(reached.any(1), reached.argmax(1), -1)
+        return np.where(first >= 0, self.wall_s[first], np.nan)
+
+
+def _mean_std(values: np.ndarray) -> tuple[float | None, float | None]:
+    if not np.isfinite(values).any():
+        return None, None
+    return float(np.nanmean(values)), float(np.nanstd(values))
+
+
+def _rounded(values) -> list[float | None]:
+    return [None if np.isnan(x) else round(float(x), 2) for x in values]
+
+
+def summary(result: RunResult, target_return: float | None = None) -> dict[str, Any]:
+    """The content of summary.json: final return per seed (`final_return`) with mean and std, the last
+    evaluation, timings, and with `target_return` the seconds until each seed first reached it."""
+    final = result.final_returns()
+    mean, std = _mean_std(final)
+    out = {
+        "env": result.config.env,
+        "seeds": int(final.shape[0]),
+        "env_steps_per_seed": int(result.env_steps[-1]),
+        "final_window": final_window(len(result.env_steps)),
+        "final_return_per_seed": [round(float(x), 2) for x in final],
+        "final_return_mean": mean,
+        "final_return_std": std,
+        "compile_s": round(result.compile_s, 3),
+        "run_s": round(result.run_s, 3),
+        "steps_per_second": round(result.steps_per_second),
+    }
+    if "eval_return" in result.metrics:
+        ran = np.flatnonzero(np.isfinite(result.metrics["eval_finished"]).any(0))
+        if ran.size:
+            last = result.metrics["eval_return"][:, ran[-1]]
+            out["eval_iteration"] = int(ran[-1]) + 1
+            out["eval_return_per_seed"] = _rounded(last)
+            out["eval_return_mean"], out["eval_return_std"] = _mean_std(last)
+    if target_return is not None:
+        out["target_return"] = target_return
+        out["seconds_to_target_per_seed"] = _rounded(result.time_to_return(target_return))
+    return out
+
+
+def write_summary(result: RunResult, target_return: float | None = None) -> dict[str, Any]:
+    """`summary(result, target_return)`, written to `result.run_dir/summary.json` when the run has a folder."""
+    info = summary(result, target_return)
+    if result.run_dir is not None:
+        (Path(result.run_dir) / "summary.json").write_text(json.dumps(info, indent=2))
+    return info
+
+
+def format_summary(info: dict[str, Any]) -> str:
+    """The printed form of a `summary`."""
+    window = f"  (last {info['final_window']} iteration(s))" if "final_window" in info else ""
+    lines = [
+        f"env                 {info['env']}  ({info['seeds']} seed(s) x {info['env_steps_per_seed']:,} steps)",
+        f"final return        {info['final_return_mean']:.1f} ± {info['final_return_std']:.1f}{window}"
+        if info["final_return_mean"] is not None
+        else "final return        no episode completed",
+        f"  per seed          {', '.join(f'{r:.1f}' for r in info['final_return_per_seed'])}",
+    ]
+    if "eval_iteration" in info:
+        mean, std = info["eval_return_mean"], info["eval_return_std"]
+        lines += [
+            f"eval return         {mean:.1f} ± {std:.1f}"
+            if mean is not None
+            else "eval return         no episode ended",
+            f"  per seed          {', '.join('nan' if r is None else f'{r:.1f}' for r in info['eval_return_per_seed'])}"
+            f"  (deterministic, after iteration {info['eval_iteration']})",
+        ]
+    lines += [
+        f"compile             {info['compile_s']:.2f} s",
+        f"run                 {info['run_s']:.2f} s  ({info['steps_per_second']:,} env steps/s, all seeds)",
+    ]
+    if "target_return" in info:
+        secs = info["seconds_to_target_per_seed"]
+        lines.append(
+            f"time to return {info['target_return']:g}  "
+            + ", ".join("never" if s is None else f"{s:.2f} s" for s in secs)
+            + "  (compile + run)"
+        )
+    return "\n".join(lines)

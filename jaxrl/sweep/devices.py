@@ -1,0 +1,97 @@
+"""Devices and meshes of a sweep: CPU cores as XLA devices (`use_cpu_cores`), several processes joined with
+`jax.distributed` (`initialize_distributed`), and the 1-D mesh ("batch") the (config x seed) rows are sharded
+over. The device count and the distributed runtime can only be set before JAX creates its backends."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from jaxrl import _compat
+
+AXIS = "batch"
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def backend_initialized() -> bool:
+    """True once JAX has created its backends (any array op or `jax.devices()` does)."""
+    return _compat.backends_are_initialized()
+
+
+def batch_mesh(devices: Sequence[jax.Device] | None = None) -> tuple[Mesh, list[jax.Device]]:
+    """The 1-D mesh (axis "batch") over `devices` (default: `jax.devices()`, every process's), and the devices."""
+    devices = list(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("devices: need at least one device.")
+    return Mesh(np.array(devices), (AXIS,)), devices
+
+
+def use_cpu_cores(n: int | None = None, *, reset: bool = False) -> int:
+    """Makes XLA's CPU backend expose `n` devices (default: the cores this process may run on), so that `run`
+    shards over the cores; otherwise one XLA CPU program runs on one core. Sets
+    `--xla_force_host_platform_device_count=n` in XLA_FLAGS (replacing an earlier value, keeping the other flags)
+    and `jax_num_cpu_devices`. Returns n.
+
+    The device count is fixed when JAX initialises its backend (the first array op or `jax.devices()`). After
+    that this raises a RuntimeError, unless the backend already has exactly `n` CPU devices or `reset=True`:
+    then the initialised backends are dropped (`jax.extend.backend.clear_backends()`) and rebuilt with `n`
+    devices on next use; arrays created before stay valid on the old device and are copied when mixed in.
+    """
+    if n is None:
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"use_cpu_cores: n={n!r}, need a positive integer.")
+    if backend_initialized():
+        have = len(jax.devices("cpu"))
+        if have == n:
+            return n
+        if not reset:
+            raise RuntimeError(
+                f"use_cpu_cores({n}): JAX's backend is already initialised, with {have} CPU device(s), and the "
+                f"device count can only be set before the first JAX operation (building an environment imports "
+                f"gymnax, which creates arrays). Start Python with XLA_FLAGS={_DEVICE_COUNT_FLAG}={n}, or call "
+                f"use_cpu_cores({n}, reset=True) before creating arrays you keep."
+            )
+        from jax.extend.backend import clear_backends
+
+        clear_backends()
+    flags = re.sub(rf"{_DEVICE_COUNT_FLAG}=\S*", "", os.environ.get("XLA_FLAGS", "")).split()
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{_DEVICE_COUNT_FLAG}={n}"])
+    jax.config.update("jax_num_cpu_devices", n)
+    return n
+
+
+def initialize_distributed(
+    coordinator: str, num_processes: int, process_id: int, cpu_cores: int | None = None, timeout_s: int = 300
+) -> None:
+    """Joins this process to a multi-process JAX run (`jax.distributed.initialize`), so that `jax.devices()`
+    lists the devices of every process and `run` shards one sweep over all of them.
+
+    Call it first, before any JAX operation, in each of the `num_processes` processes with the same
+    `coordinator` ("HOST:PORT" of process 0, which listens there) and its own `process_id` (0 .. N-1).
+    `cpu_cores`: XLA CPU devices of this process (`use_cpu_cores`). The sweep program itself has no
+    cross-process collective; results are exchanged through the coordination service's key-value store. gloo
+    (`jax_cpu_collectives_implementation`, jax's CPU default) is switched on here if off, for user collectives.
+    """
+    if not 0 <= process_id < num_processes:
+        raise ValueError(f"process_id={process_id}: need 0 <= process_id < num_processes={num_processes}.")
+    if backend_initialized():
+        raise RuntimeError(
+            "initialize_distributed: JAX's backend is already initialised in this process; call it before any "
+            "JAX operation (before building an environment or creating an array)."
+        )
+    if cpu_cores is not None:
+        use_cpu_cores(cpu_cores)
+    if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=timeout_s,
+    )

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The test command (README; .ci/run calls it): pytest over tests/ in a virtual environment with jaxrl and its
+# test extra. Any arguments pass through to pytest; tests/ is the default path when none is given.
+#   scripts/test.sh                                  # every test, the slow learning checks included (what CI runs)
+#   scripts/test.sh -m "not slow"                    # the quick tier
+#   scripts/test.sh tests/test_suite.py -x -k resume # some tests
+# Uses the active virtual environment, else ./.venv (created, with `pip install -e ".[test]"`, only when absent).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+use_venv test
+
+paths=(tests)
+for arg in "$@"; do
+  if [[ "$arg" != -* && -e "${arg%%::*}" ]]; then  # a test path of its own (tests/x.py, tests/x.py::test_y)
+    paths=()
+    break
+  fi
+done
+exec python -m pytest -q "${paths[@]}" "$@"
