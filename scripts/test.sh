@@ -5,6 +5,8 @@
 #   scripts/test.sh -m "not slow"                    # the quick tier
 #   scripts/test.sh tests/test_suite.py -x -k resume # some tests
 # Uses the active virtual environment, else ./.venv (created, with `pip install -e ".[test]"`, only when absent).
+# Tests run in one pytest-xdist worker per core (`-n auto`; one XLA CPU program keeps one core busy): pass
+# `-n 0` (or any -n) to choose otherwise.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 use_venv test
@@ -16,4 +18,8 @@ for arg in "$@"; do
     break
   fi
 done
-exec python -m pytest -q "${paths[@]}" "$@"
+workers=(-n auto)
+for arg in "$@"; do
+  [[ "$arg" == -n* || "$arg" == --numprocesses* || "$arg" == no:xdist ]] && workers=()
+done
+exec python -m pytest -q "${workers[@]}" "${paths[@]}" "$@"

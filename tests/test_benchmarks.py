@@ -134,6 +134,7 @@ def test_env_steps_final_return_and_compact_json(tmp_path):
     assert json.loads(path.read_text())["array"] == [1.0, 1.0]
 
 
+@pytest.mark.slow
 def test_gpu_bench_tiny():
     row = gpu.bench(num_envs=4, seeds=2, num_steps=8, iterations=1, repeats=1)
     assert row["steps"] == 2 * 4 * 8

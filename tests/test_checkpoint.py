@@ -32,6 +32,7 @@ def uninterrupted(tmp_path_factory):
     return loop.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path_factory.mktemp("full"), progress=False)
 
 
+@pytest.mark.slow
 def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, uninterrupted):
     calls = {"n": 0}
     append = logging.CsvSink.write

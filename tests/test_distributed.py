@@ -137,6 +137,7 @@ def cli_run(tmp_path_factory, cache):
     return out, outputs, single
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one(cli_run):
     tmp_path, outputs, single = cli_run
     assert "process 1: done" in outputs[1]
@@ -162,6 +163,7 @@ def test_two_processes_equal_one(cli_run):
     assert [float(r["learning_rate"]) for r in summary] == pytest.approx(LEARNING_RATES)
 
 
+@pytest.mark.slow
 def test_two_processes_gather_final_states(cli_run, cache, tmp_path):
     """The Python API under jax.distributed: both processes get every run's metrics and final state (PRNG
     keys included), equal to the single-process sweep."""

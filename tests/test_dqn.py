@@ -298,6 +298,7 @@ def test_prioritized_metrics_and_beta_annealing(prioritized_traces):
     assert len(np.unique(np.round(leaves, 5))) > 10
 
 
+@pytest.mark.slow
 def test_prioritized_vmap_over_seeds_and_hyperparameters_equals_separate_runs(prioritized_traces):
     configs, keys = zip(*PRIORITIZED_RUNS.values(), strict=True)
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *configs)

@@ -37,6 +37,7 @@ def test_episodes_longer_than_max_steps_are_not_counted():
     assert int(out["finished"]) == 0 and np.isnan(np.asarray(out["returns"])).all()
 
 
+@pytest.mark.slow
 def test_eval_command_on_a_run_folder(tmp_path, capsys):
     run_dir = tmp_path / "run"
     argv = "train ppo --num-envs 4 --num-steps 16 --total-timesteps 256 --update-epochs 1 --num-minibatches 2"

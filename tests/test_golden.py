@@ -10,7 +10,13 @@ import pytest
 from golden_cases import CASES, GOLDEN_DIR, run_case
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+# the quick tier (-m "not slow") replays one case per family; the full suite (CI) replays every case
+QUICK = {"ppo", "grpo", "dqn", "pqn", "sac"}
+
+
+@pytest.mark.parametrize(
+    "case", [case if case in QUICK else pytest.param(case, marks=pytest.mark.slow) for case in sorted(CASES)]
+)
 def test_bit_identical_to_recorded(case):
     expected = dict(np.load(GOLDEN_DIR / f"{case}.npz"))
     actual = run_case(case)

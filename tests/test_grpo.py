@@ -133,6 +133,7 @@ def grads(config, params, network, batch, proximal):
     return jax.grad(lambda p: loss(p, None, batch=batch)[0])(params)
 
 
+@pytest.mark.slow
 def test_off_policy_gradient_equals_on_policy_when_behaviour_is_the_target(policy):
     env, network, params = policy
     state = grpo.init(TINY, jax.random.key(1))

@@ -87,6 +87,7 @@ def test_same_key_same_result_different_key_different(runs):
     assert any(not np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_and_hyperparameters_equals_separate_runs(runs):
     keys, train, separate, batched, _ = runs
     for i, run in enumerate(separate):
