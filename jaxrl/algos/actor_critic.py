@@ -130,7 +130,7 @@ def evaluation_act(network, params, deterministic: bool = True) -> Callable:
 
 def evaluation_policy(config: Config, state: TrainState, deterministic: bool = True, network=None):
     """`act(obs, key) -> action` of the trained policy and the observation normalisation it was trained with,
-    for `jaxrl.evaluate.evaluate`."""
+    for `jaxrl.run.evaluate.evaluate`."""
     network = make_network(config, make_env(config).spec) if network is None else network
     return evaluation_act(network, state.params, deterministic), envs.observation_normalizer(state.env.state)
 

@@ -46,7 +46,7 @@ class Algorithm(Protocol):
         """One iteration: (new state, scalar metrics)."""
 
     def evaluation_policy(self, config, state, deterministic: bool = True) -> tuple[Callable, Callable]:
-        """(act(obs, key) -> env action, normalize(obs) -> obs) of the trained policy, for `jaxrl.evaluate`."""
+        """(act(obs, key) -> env action, normalize(obs) -> obs) of the trained policy, for `jaxrl.run.evaluate`."""
 
 
 _BY_CONFIG: dict[type, Algorithm] = {}

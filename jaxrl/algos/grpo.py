@@ -153,7 +153,7 @@ def make_env(config: Config):
 
 
 def evaluation_policy(config: Config, state: TrainState, deterministic: bool = True):
-    """`act(obs, key) -> action` of the trained policy (the mode when `deterministic`), for `jaxrl.evaluate`."""
+    """`act(obs, key) -> action` of the trained policy (the mode when `deterministic`), for `jaxrl.run.evaluate`."""
     return ac.evaluation_act(make_network(config, make_env(config).spec), state.params, deterministic), lambda o: o
 
 

@@ -75,7 +75,7 @@ def make_network(config: Config, spec: envs.EnvSpec) -> ActorCritic | ActorQCrit
 
 
 def evaluation_policy(config: Config, state: TrainState, deterministic: bool = True):
-    """`act(obs, key) -> action` of the trained policy (the mode when `deterministic`), for `jaxrl.evaluate`."""
+    """`act(obs, key) -> action` of the trained policy (the mode when `deterministic`), for `jaxrl.run.evaluate`."""
     return ac.evaluation_policy(config, state, deterministic, make_network(config, make_env(config).spec))
 
 

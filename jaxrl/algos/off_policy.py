@@ -355,7 +355,7 @@ def gaussian_explore(config: DPGConfig, networks: Networks, params) -> Callable:
 
 
 def dpg_evaluation_policy(config: DPGConfig, state: TrainState, deterministic: bool = True):
-    """`(act(obs, key) -> env action, normalize)` for `jaxrl.evaluate`: mu(o) scaled to the env's bounds, plus
+    """`(act(obs, key) -> env action, normalize)` for `jaxrl.run.evaluate`: mu(o) scaled to the env's bounds, plus
     the exploration noise when not `deterministic`."""
     networks = make_networks(config)
     spec = envs.make(config.env).spec

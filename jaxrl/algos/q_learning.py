@@ -108,7 +108,7 @@ def behaviour(network: QNetwork, params, epsilon):
 
 
 def q_evaluation_policy(network: QNetwork, params, env_state, epsilon, deterministic: bool):
-    """`(act(obs, key) -> action, normalize)` for `jaxrl.evaluate`: greedy, or epsilon-greedy at `epsilon`."""
+    """`(act(obs, key) -> action, normalize)` for `jaxrl.run.evaluate`: greedy, or epsilon-greedy at `epsilon`."""
 
     def act(obs, key):
         q_values = network.apply(params, obs)
