@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from golden_cases import CASES, GOLDEN_DIR, run_case
 
-
 # the quick tier (-m "not slow") replays one case per family; the full suite (CI) replays every case
 QUICK = {"ppo", "grpo", "dqn", "pqn", "sac"}
 

@@ -189,3 +189,55 @@ def test_one_torso_serves_every_head(layer_norm):
         paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
         norms = [p for p in paths if "LayerNorm" in p]
         assert bool(norms) == layer_norm, name
+
+
+MINATAR = ("Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar", "SpaceInvaders-MinAtar")
+
+
+@pytest.mark.parametrize("env_id", MINATAR)
+def test_cnn_torso_on_every_minatar_game(env_id):
+    """The MinAtar network (one 3x3 conv of 16 channels, VALID, then 128 units) on each game's [10, 10, C]
+    observations, under [T, N] leading dims, in an actor-critic and a Q-network."""
+    from jaxrl import envs
+    from jaxrl.networks import make_torso
+
+    spec = envs.make(env_id, 2).spec
+    torso = make_torso("cnn", (64, 64), "relu", False, spec.observation_shape)
+    obs = jnp.ones((3, 2, *spec.observation_shape), jnp.float32)
+    net = ActorCritic(spec.action_dim, True, torso)
+    params = net.init(jax.random.key(0), obs[0])
+    actor = params["params"]["actor"]
+    assert actor["Conv_0"]["kernel"].shape == (3, 3, spec.observation_shape[-1], 16)
+    assert actor["Dense_0"]["kernel"].shape == (8 * 8 * 16, 128)
+    dist, value = net.apply(params, obs)
+    assert dist.logits.shape == (3, 2, spec.action_dim) and value.shape == (3, 2)
+    q = QNetwork(spec.action_dim, torso)
+    assert q.apply(q.init(jax.random.key(1), obs[0]), obs).shape == (3, 2, spec.action_dim)
+
+
+def test_cnn_torso_is_a_convolution():
+    """Against a direct NumPy 3x3 VALID convolution and dense layer with the torso's own parameters."""
+    from jaxrl.networks import CNNTorso
+
+    head = TorsoHead(CNNTorso(channels=(2,), hidden_sizes=(3,), activation="tanh"), out_features=1, out_gain=1.0)
+    x = obs_batch((2, 5, 5, 2), seed=7)
+    params = head.init(jax.random.key(2), x)
+    p = jax.tree.map(lambda a: np.asarray(a, np.float64), params["params"])
+    xn, k = np.asarray(x, np.float64), p["Conv_0"]["kernel"]
+    conv = np.zeros((2, 3, 3, 2))
+    for i in range(3):
+        for j in range(3):
+            conv[:, i, j, :] = np.einsum("bhwc,hwcf->bf", xn[:, i : i + 3, j : j + 3, :], k)
+    h = np.tanh(conv + p["Conv_0"]["bias"]).reshape(2, -1)
+    h = np.tanh(h @ p["Dense_0"]["kernel"] + p["Dense_0"]["bias"])
+    ref = h @ p["Dense_1"]["kernel"] + p["Dense_1"]["bias"]
+    np.testing.assert_allclose(head.apply(params, x), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_make_torso_refuses_an_image_torso_on_vector_observations():
+    from jaxrl.networks import make_torso
+
+    with pytest.raises(ValueError, match="needs image observations"):
+        make_torso("cnn", (64,), "relu", False, (4,))
+    with pytest.raises(ValueError, match="not one of"):
+        make_torso("resnet", (64,), "relu", False, (10, 10, 4))

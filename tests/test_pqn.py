@@ -121,3 +121,16 @@ def test_pqn_learns_cartpole():
     returns = np.asarray(metrics["episode_return"])
     final = np.nanmean(returns[:, -returns.shape[1] // 10 :], axis=1)
     assert (final >= 400).sum() >= 2, final
+
+
+def test_cnn_torso_on_minatar_runs_and_refuses_vector_observations():
+    """torso="cnn": PQN trains on Breakout-MinAtar's [10, 10, 4] images with the MinAtar network; an image torso
+    on CartPole's vector observations is refused before compiling, naming the field."""
+    config = pqn.Config(
+        env="Breakout-MinAtar", torso="cnn", num_envs=4, num_steps=8, total_timesteps=64, num_minibatches=2
+    )
+    state, metrics = jax.jit(pqn.make_train(config))(jax.random.key(0))
+    assert state.params["params"]["Conv_0"]["kernel"].shape == (3, 3, 4, 16)
+    assert metrics["loss"].shape == (2,) and np.isfinite(metrics["loss"]).all()
+    with pytest.raises(ValueError, match="Config.torso.*image observations"):
+        pqn.make_train(pqn.Config(torso="cnn"))

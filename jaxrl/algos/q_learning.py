@@ -1,9 +1,10 @@
 """The Q-learning family: what DQN, PQN and SARSA share.
 
 All three (`Config`, `validate_common`, `make_env`, `make_network`, `epsilon_at`, `behaviour`,
-`q_evaluation_policy`): discrete actions, a Q-network (`networks.QNetwork` on an `MLPTorso`), and `num_envs`
-envs acting epsilon-greedily in it, with epsilon decayed linearly from `epsilon_start` to `epsilon_end` over the
-first `epsilon_decay_fraction` of the run. Evaluation is greedy (or epsilon_end-greedy).
+`q_evaluation_policy`): discrete actions, a Q-network (`networks.QNetwork` on the torso the `torso` field names:
+an MLP, or a CNN for images), and `num_envs` envs acting epsilon-greedily in it, with epsilon decayed linearly
+from `epsilon_start` to `epsilon_end` over the first `epsilon_decay_fraction` of the run. Evaluation is greedy
+(or epsilon_end-greedy).
 
 PQN and SARSA (`LambdaConfig`, `LambdaState`, `lambda_update`): the replay-free, target-free iteration of Gallici
 et al. 2024 ("Simplifying Deep Temporal Difference Learning", arXiv 2407.04811). Every env takes `num_steps`
@@ -29,9 +30,18 @@ from flax import struct
 
 from jaxrl import envs, estimators, losses, optim
 from jaxrl.algos import base
-from jaxrl.algos.base import check_action_space, check_common, check_divides, check_range, hyper, static
+from jaxrl.algos.base import (
+    check,
+    check_action_space,
+    check_choice,
+    check_common,
+    check_divides,
+    check_range,
+    hyper,
+    static,
+)
 from jaxrl.minibatch import minibatch_epochs
-from jaxrl.networks import MLPTorso, QNetwork, epsilon_greedy
+from jaxrl.networks import TORSOS, QNetwork, epsilon_greedy, make_torso
 from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout
 from jaxrl.types import Trajectory
 
@@ -49,7 +59,8 @@ class Config(base.Config):
     num_envs: int = static(32, "parallel environments")
     num_steps: int = static(32, "rollout length T per iteration, per environment")
     total_timesteps: int = static(200_000, "environment steps of the whole run")
-    hidden_sizes: tuple[int, ...] = static((128, 128), "hidden layer sizes of the Q-network")
+    torso: str = static("mlp", "observation encoder: mlp, or cnn / cnn_large for image observations [H, W, C]")
+    hidden_sizes: tuple[int, ...] = static((128, 128), "hidden layer sizes of the Q-network (torso=mlp)")
     activation: str = static("relu", "hidden activation: tanh, relu, gelu or silu")
     layer_norm: bool = static(True, "LayerNorm before each hidden activation (stabilises bootstrapping)")
     learning_rate: float = hyper(5e-4, "learning rate of the optimiser")
@@ -65,7 +76,9 @@ def validate_common(config: Config, algorithm: str, positive_ints: tuple[str, ..
     env with discrete actions, positive integer `num_envs`, `num_steps` and `positive_ints`, and the ranges of the
     shared hyperparameters."""
     check_common(config, ("num_envs", "num_steps", *positive_ints))
-    check_action_space(config, make_env(config).spec.discrete, True, algorithm)
+    spec = make_env(config).spec
+    check_action_space(config, spec.discrete, True, algorithm)
+    check_torso(config, spec.observation_shape)
     check_range(config, "learning_rate", 0.0, low_open=True)
     check_range(config, "gamma", 0.0, 1.0)
     check_range(config, "epsilon_start", 0.0, 1.0)
@@ -74,12 +87,23 @@ def validate_common(config: Config, algorithm: str, positive_ints: tuple[str, ..
     check_range(config, "max_grad_norm", 0.0, low_open=True)
 
 
+def check_torso(config, observation_shape) -> None:
+    """`torso` is known, and an image torso gets image observations [H, W, C]."""
+    check_choice(config, "torso", TORSOS)
+    check(
+        config.torso == "mlp" or len(observation_shape) == 3,
+        "torso",
+        f"{config.torso!r} needs image observations [H, W, C]; {config.env} has shape {tuple(observation_shape)}: "
+        "use torso='mlp'.",
+    )
+
+
 def make_env(config: Config):
     return envs.make(config.env, config.num_envs)
 
 
 def make_network(config: Config, spec: envs.EnvSpec, dueling: bool = False) -> QNetwork:
-    torso = MLPTorso(config.hidden_sizes, config.activation, config.layer_norm, len(spec.observation_shape))
+    torso = make_torso(config.torso, config.hidden_sizes, config.activation, config.layer_norm, spec.observation_shape)
     return QNetwork(spec.action_dim, torso, dueling)
 
 

@@ -12,12 +12,25 @@ from jaxrl.networks.heads import (
     epsilon_greedy,
     squashed_gaussian,
 )
-from jaxrl.networks.torsos import ACTIVATIONS, MLPTorso, Torso, dense, flatten_observation, orthogonal
+from jaxrl.networks.torsos import (
+    ACTIVATIONS,
+    CNN_TORSOS,
+    TORSOS,
+    CNNTorso,
+    MLPTorso,
+    Torso,
+    dense,
+    flatten_observation,
+    make_torso,
+    orthogonal,
+)
 
 __all__ = [
     "ACTIVATIONS",
     "ActorCritic",
     "ActorQCritic",
+    "CNNTorso",
+    "CNN_TORSOS",
     "Critics",
     "DeterministicActor",
     "GaussianActor",
@@ -25,10 +38,12 @@ __all__ = [
     "QCritic",
     "QNetwork",
     "Torso",
+    "TORSOS",
     "TorsoHead",
     "dense",
     "epsilon_greedy",
     "flatten_observation",
+    "make_torso",
     "orthogonal",
     "squashed_gaussian",
 ]

@@ -81,6 +81,56 @@ class MLPTorso:
         return x
 
 
+@dataclasses.dataclass(frozen=True)
+class CNNTorso:
+    """Image observations [..., H, W, C] -> [..., H'] features: per entry of `channels` a `kernel_size` x
+    `kernel_size` convolution (stride 1, VALID padding, orthogonal gain sqrt 2) and the activation, then the
+    flattened feature map through Dense layers of `hidden_sizes` (MLPTorso's layers, LayerNorm optional).
+
+    The default is the MinAtar network (Young & Tian 2019, "MinAtar: An Atari-Inspired Testbed for Thorough and
+    Reproducible Reinforcement Learning Experiments", Sec. 4): one 3x3 convolution with 16 channels, then a dense
+    layer of 128 units. `CNN_TORSOS["cnn_large"]` is a larger option (32 and 64 channels, 256 units).
+    """
+
+    channels: Sequence[int] = (16,)
+    kernel_size: int = 3
+    hidden_sizes: Sequence[int] = (128,)
+    activation: str = "relu"
+    layer_norm: bool = False
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = ACTIVATIONS[self.activation]
+        for features in self.channels:
+            conv = nn.Conv(
+                features,
+                (self.kernel_size, self.kernel_size),
+                padding="VALID",
+                kernel_init=orthogonal(np.sqrt(2)),
+                bias_init=nn.initializers.zeros,
+            )
+            x = act(conv(x))
+        return MLPTorso(self.hidden_sizes, self.activation, self.layer_norm, obs_ndim=3)(x)
+
+
+CNN_TORSOS = {
+    "cnn": CNNTorso(),
+    "cnn_large": CNNTorso(channels=(32, 64), hidden_sizes=(256,)),
+}
+TORSOS = ("mlp", *CNN_TORSOS)
+
+
+def make_torso(kind: str, hidden_sizes, activation: str, layer_norm: bool, obs_shape) -> MLPTorso | CNNTorso:
+    """The torso a Config names: "mlp" (hidden_sizes, activation, over the flattened observation) or an image
+    torso of `CNN_TORSOS` (with the Config's activation and layer_norm) for [H, W, C] observations."""
+    if kind == "mlp":
+        return MLPTorso(tuple(hidden_sizes), activation, layer_norm, len(obs_shape))
+    if kind not in CNN_TORSOS:
+        raise ValueError(f"torso {kind!r} is not one of {', '.join(TORSOS)}.")
+    if len(obs_shape) != 3:
+        raise ValueError(f"torso {kind!r} needs image observations [H, W, C]; these have shape {tuple(obs_shape)}.")
+    return dataclasses.replace(CNN_TORSOS[kind], activation=activation, layer_norm=layer_norm)
+
+
 class Torso(nn.Module):
     """A torso spec as a submodule of its own (its layers under `Torso_<i>/`), for heads that keep the encoder's
     parameters apart from their output layers (the continuous-control actors and critics)."""
