@@ -26,9 +26,8 @@ import jax
 import numpy as np
 
 from benchmarks.common import binned_curve, env_steps, measure, write_json
-from benchmarks.suite import OVERRIDES
 from benchmarks.throughput import env_loop, random_act
-from jaxrl import envs
+from jaxrl import envs, presets
 from jaxrl import rollout as rollout_lib
 from jaxrl.algos import grpo, ppo
 from jaxrl.plot import bootstrap_interval
@@ -36,7 +35,7 @@ from jaxrl.run.report import final_return
 
 RESULTS = Path(__file__).parent / "results"
 BUDGETS = {"CartPole-v1": 500_000, "Acrobot-v1": 500_000, "Pendulum-v1": 1_000_000}
-PPO_PENDULUM = OVERRIDES[("ppo", "Pendulum-v1")]  # the README's Pendulum config
+PPO_PENDULUM = presets.overrides("ppo", "Pendulum-v1")  # the README's Pendulum config
 VARIANTS = {
     "ppo": {},
     "grpo": {},

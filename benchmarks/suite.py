@@ -2,8 +2,8 @@
 in one `jit(vmap)` program, against the reference returns of gymnax's PPO baselines.
 
 For each (algorithm, environment): the algorithm's default Config with `env` and `total_timesteps` set (plus the
-overrides in `OVERRIDES`, configs found to work), compiled once, run once over `--seeds` seeds (compile and run
-seconds as `benchmarks.common.measure` defines them). Reported: final return (`jaxrl.run.report.final_return` of
+package's presets, `jaxrl.presets`: configs found to work), compiled once, run once over `--seeds` seeds (compile
+and run seconds as `benchmarks.common.measure` defines them). Reported: final return (`jaxrl.run.report.final_return` of
 each seed: the mean over its last 10% of iterations; mean over seeds and its 95% bootstrap interval), env steps,
 compile and run seconds, env steps/s, the reference return and whether the mean reached it.
 An algorithm that does not apply to an environment's action space (its `validate` raises) is listed as n/a.
@@ -38,6 +38,7 @@ import jax
 import numpy as np
 
 from benchmarks.common import binned_curve, env_steps, measure, write_json
+from jaxrl import presets
 from jaxrl.algos import ALGORITHMS
 from jaxrl.algos.base import to_dict
 from jaxrl.plot import bin_iterations, bootstrap_interval
@@ -55,58 +56,11 @@ ENVIRONMENTS = {
     "SpaceInvaders-MinAtar": (10_000_000, 300.0),
 }
 QUICK_ENVIRONMENTS = ("CartPole-v1", "Pendulum-v1")
-MINATAR = ("Breakout-MinAtar", "SpaceInvaders-MinAtar")
 # name: (registered algorithm, config overrides that make the variant)
 VARIANTS = {"grpo-replay": ("grpo", dict(replay_ratio=1))}
 # Replay-based learners make many gradient steps per env step; their budgets are smaller, as in their papers.
 BUDGET_SCALE = {"dqn": 0.2, "ddpg": 0.05, "td3": 0.05, "sac": 0.05}
-OVERRIDES = {
-    ("ppo", "Pendulum-v1"): dict(  # the README's Pendulum config
-        normalize_observations=True,
-        num_envs=16,
-        num_steps=128,
-        update_epochs=10,
-        num_minibatches=32,
-        learning_rate=1e-3,
-        gamma=0.95,
-        gae_lambda=0.9,
-        ent_coef=0.0,
-    ),
-    ("trpo", "Pendulum-v1"): dict(  # benchmarks/spectrum_onpolicy.py's Pendulum config
-        num_envs=8, num_steps=256, gamma=0.9, max_kl=0.02, vf_epochs=10, normalize_observations=True
-    ),
-    ("ppo", "MountainCar-v0"): dict(  # rl-baselines3-zoo's MountainCar-v0 PPO: short windows, lambda 0.98, no entropy
-        normalize_observations=True,
-        num_envs=16,
-        num_steps=16,
-        gae_lambda=0.98,
-        ent_coef=0.0,
-        update_epochs=4,
-        num_minibatches=4,
-        learning_rate=1e-3,
-    ),
-    ("ppo", "MountainCarContinuous-v0"): dict(normalize_observations=True),
-    ("a2c", "Pendulum-v1"): dict(  # many small updates: 8 envs x 8 steps, GAE(0.9), Adam
-        normalize_observations=True,
-        gamma=0.9,
-        advantage="gae",
-        gae_lambda=0.9,
-        num_envs=8,
-        num_steps=8,
-        learning_rate=1e-3,
-        optimizer="adam",
-        normalize_advantages=True,
-    ),
-    **{  # more gradient steps per group at a lower rate than the CartPole default
-        (entry, env): dict(learning_rate=1e-3, update_epochs=10, num_minibatches=32)
-        for entry in ("grpo", "grpo-replay")
-        for env in ("Pendulum-v1", "MountainCarContinuous-v0")
-    },
-    **{  # gymnax-blines' MinAtar PPO shape: 64 envs x 128 steps, lr 5e-4, 4 epochs x 8 minibatches
-        ("ppo", env): dict(num_envs=64, num_steps=128, learning_rate=5e-4, update_epochs=4, num_minibatches=8)
-        for env in MINATAR
-    },
-}
+# Per-(algorithm, env) configs are the package's presets (`jaxrl.presets`); a variant uses its algorithm's.
 
 
 ENTRIES = [*ALGORITHMS, *VARIANTS]
@@ -116,7 +70,7 @@ def make_config(entry: str, env: str, budget: int):
     """The entry's algorithm and its Config on `env`: defaults, then the variant's and the (entry, env) overrides."""
     algo_name, variant = VARIANTS.get(entry, (entry, {}))
     algo = ALGORITHMS[algo_name]
-    config = algo.Config(env=env, total_timesteps=budget, **variant, **OVERRIDES.get((entry, env), {}))
+    config = presets.get(algo_name, env, total_timesteps=budget, **variant)
     algo.validate(config)  # raises ValueError where the algorithm does not apply
     return algo, config
 
