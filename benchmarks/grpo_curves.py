@@ -64,8 +64,9 @@ def env_only_steps_per_s(config, seeds: int, key) -> float:
     return length * config.num_envs * seeds / best
 
 
-def run_variant(variant: str, env: str, budget: int, seeds: int, key) -> dict:
-    algo, config = make_config(variant, env, budget)
+def run_variant(variant: str, env: str, budget: int, seeds: int, key, make=make_config) -> dict:
+    """One variant's row; `make(variant, env, budget) -> (algorithm module, config)` (default `make_config`)."""
+    algo, config = make(variant, env, budget)
     keys = jax.random.split(key, seeds)
     compile_s, run_s, (_, metrics) = measure(jax.vmap(algo.make_train(config)), keys)
     steps = env_steps(config, seeds)

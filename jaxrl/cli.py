@@ -1,14 +1,21 @@
-"""Command line: `jaxrl train | sweep | eval | plot`. Every Config field is a flag, its comment the help."""
+"""Command line: `jaxrl train | sweep | eval | plot`. Every Config field is a flag, its comment the help.
+
+Every error a user can cause ends in one line on stderr, `jaxrl: error: ...`, and a non-zero exit (2: a bad
+argument, a run folder or checkpoint that cannot be used; 3: training diverged; 130: Ctrl-C), with no
+traceback; `--debug` anywhere on the command line (or JAXRL_DEBUG=1) shows it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 from pathlib import Path
 
+from jaxrl import presets
 from jaxrl.algos import ALGORITHMS
 from jaxrl.algos.base import to_dict
 from jaxrl.run.report import FINAL_FRACTION, final_window
@@ -25,16 +32,42 @@ def enable_compilation_cache(path: str) -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (`jaxrl train ppo: error: ...; see --help`) and no prefix matching of
+    long flags (`allow_abbrev=False`: `--learning` is an unknown flag, not `--learning-rate`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _real(text: str) -> float:
+    """A finite float (NaN and inf are refused here, before any Config is built)."""
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
 def _number(text: str) -> int:
     """Accepts 500000, 5e5 or 500_000 for integer fields."""
-    value = float(text.replace("_", ""))
+    value = _real(text)
     if value != int(value):
         raise argparse.ArgumentTypeError(f"{text} is not an integer")
     return int(value)
 
 
 def _int_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    try:
+        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of integers like 64,64") from None
 
 
 def add_config_flags(parser: argparse.ArgumentParser, config_cls, title: str = "algorithm") -> None:
@@ -57,7 +90,7 @@ def add_config_flags(parser: argparse.ArgumentParser, config_cls, title: str = "
             )
         elif isinstance(default, float):
             group.add_argument(
-                flag, dest=field.name, type=float, metavar="X", default=argparse.SUPPRESS, help=help_text
+                flag, dest=field.name, type=_real, metavar="X", default=argparse.SUPPRESS, help=help_text
             )
         elif isinstance(default, tuple):
             group.add_argument(
@@ -68,15 +101,36 @@ def add_config_flags(parser: argparse.ArgumentParser, config_cls, title: str = "
 
 
 def config_from_args(config_cls, args: argparse.Namespace):
+    """The Config the flags give: the defaults (or, with `--preset`, `jaxrl.presets.get(ALGO, --env)`), then
+    every flag given on top."""
     overrides = {
         f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls) if getattr(args, f.name, None) is not None
     }
+    if getattr(args, "preset", False):
+        env = overrides.pop("env", config_cls().env)
+        return presets.get(args.algo, env, **overrides)
     return config_cls(**overrides)
+
+
+def read_run_folder(run_dir: Path) -> dict:
+    """A run folder's config.json; ValueError (one line) when `run_dir` is missing or is not a run folder."""
+    if not run_dir.is_dir():
+        raise ValueError(f"{run_dir}: no such run folder.")
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise ValueError(f"{run_dir} is not a run folder (no config.json).")
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path} cannot be read: {error}") from error
+    if not isinstance(saved, dict) or saved.get("algo") not in ALGORITHMS or "config" not in saved:
+        raise ValueError(f"{path} is not a jaxrl run's config (no known 'algo' and 'config').")
+    return saved
 
 
 def load_run_config(run_dir: Path):
     """(algo module, Config, seeds, seed) from a run folder's config.json."""
-    saved = json.loads((run_dir / "config.json").read_text())
+    saved = read_run_folder(run_dir)
     module = ALGORITHMS[saved["algo"]]
     fields = {f.name for f in dataclasses.fields(module.Config)}
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in saved["config"].items() if k in fields}
@@ -91,15 +145,13 @@ def evaluate_run(run_dir: Path, episodes: int, seed: int) -> int:
     from jaxrl.run import checkpoint
     from jaxrl.run.evaluate import evaluate
 
+    if episodes < 1:
+        raise ValueError(f"--episodes {episodes}: need at least one episode.")
     module, config, seeds, base_seed = load_run_config(run_dir)
-    saved = json.loads((run_dir / "config.json").read_text())
+    saved = read_run_folder(run_dir)
     keys = jax.random.split(jax.random.key(base_seed), seeds)
     like = jax.eval_shape(jax.vmap(lambda k: module.init(config, k)), keys)
-    try:
-        iteration, states, _ = checkpoint.restore(run_dir / "checkpoints", like, saved)
-    except checkpoint.CheckpointError as error:
-        print(f"jaxrl: error: {error}", file=sys.stderr)
-        return 2
+    iteration, states, _ = checkpoint.restore(run_dir / "checkpoints", like, saved)
     print(f"{run_dir}: {saved['algo']} on {config.env}, checkpoint after iteration {iteration}, {episodes} episodes")
     for mode in ("deterministic", "stochastic"):
 
@@ -175,15 +227,29 @@ def sweep_from_args(module, base, args):
     return sweep.grid(base, **values) if values else sweep.from_points(base, [{}])
 
 
+def diverged(metrics: dict) -> "np.ndarray":  # noqa: F821
+    """[..., seeds] True where any loss metric ({name: [..., iterations]}) was non-finite at some iteration:
+    the runner's divergence rule (`jaxrl.run.loop`), applied to a sweep's runs after the fact."""
+    import numpy as np
+
+    losses = [np.asarray(v) for k, v in metrics.items() if "loss" in k]
+    if not losses:
+        return np.zeros(next(iter(metrics.values())).shape[:-1], bool)
+    return np.any([~np.isfinite(v).all(-1) for v in losses], axis=0)
+
+
 def sweep_summary(results, fraction: float = FINAL_FRACTION) -> list[dict]:
     """Per config: its point, the final return (`jaxrl.run.report.final_return`: the mean over the last
-    `fraction` of iterations) averaged over seeds, and its 95% bootstrap interval over seeds."""
+    `fraction` of iterations) averaged over seeds, and its 95% bootstrap interval over seeds. A run whose
+    losses went non-finite (`diverged`) has no final return (NaN) and is counted under `diverged`."""
     import numpy as np
 
     from jaxrl.plot import bootstrap_interval
 
-    final = results.final("episode_return", fraction)  # [C, S]
-    mean, low, high = bootstrap_interval(final.T)
+    bad = diverged(results.metrics)  # [C, S]
+    final = np.where(bad, np.nan, results.final("episode_return", fraction))  # [C, S]
+    with np.errstate(all="ignore"):
+        mean, low, high = bootstrap_interval(final.T)
     rows = []
     for c, point in enumerate(results.points):
         finite = np.isfinite(final[c])
@@ -192,6 +258,7 @@ def sweep_summary(results, fraction: float = FINAL_FRACTION) -> list[dict]:
                 "config": c,
                 **point,
                 "seeds": int(finite.sum()),
+                "diverged": int(bad[c].sum()),
                 "final_return_mean": float(mean[c]),
                 "ci95_low": float(low[c]),
                 "ci95_high": float(high[c]),
@@ -205,15 +272,10 @@ def format_sweep_summary(rows: list[dict], names: list[str]) -> str:
     table = [header]
     for row in rows:
         interval = f"[{row['ci95_low']:.1f}, {row['ci95_high']:.1f}]"
-        table.append(
-            [
-                str(row["config"]),
-                *(f"{row[n]:.4g}" for n in names),
-                str(row["seeds"]),
-                f"{row['final_return_mean']:.1f}",
-                interval,
-            ]
-        )
+        final = f"{row['final_return_mean']:.1f}"
+        if row.get("diverged"):
+            final = f"{final} ({row['diverged']} diverged)"
+        table.append([str(row["config"]), *(f"{row[n]:.4g}" for n in names), str(row["seeds"]), final, interval])
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)) for r in table)
 
@@ -248,6 +310,10 @@ def run_sweep(args) -> int:
             devices = devices[: args.devices]
         if args.seeds < 1:
             raise ValueError(f"--seeds {args.seeds}: need at least one seed.")
+        from jaxrl.run.compile import check_memory
+
+        runs_per_device = -(-len(points) * args.seeds // len(devices))
+        check_memory(base, runs_per_device, f" (runs of {len(points)} config(s) per device)")
     except (TypeError, ValueError) as error:
         print(f"jaxrl: error: {error}", file=sys.stderr)
         return 2
@@ -303,15 +369,21 @@ def run_sweep(args) -> int:
 def algorithm_parsers(commands, command: str, help: str):
     """One sub-parser per registered algorithm under `jaxrl COMMAND`: yields (parser, name, algorithm); the
     Config flags are added after the caller's own groups."""
-    parser = commands.add_parser(command, help=help)
+    parser = commands.add_parser(command, help=help, allow_abbrev=False)
     algos = parser.add_subparsers(dest="algo", required=True, metavar="ALGO")
     for name, module in ALGORITHMS.items():
         sub = algos.add_parser(
             name,
+            allow_abbrev=False,
             help=(module.__doc__ or "").strip().splitlines()[0],
             formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         )
         yield sub, name, module
+        sub.add_argument(
+            "--preset",
+            action="store_true",
+            help="start from the tuned config of jaxrl.presets for this algorithm and --env (flags still override)",
+        )
         add_config_flags(sub, module.Config, name)
 
 
@@ -392,15 +464,21 @@ def plot_command(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jaxrl", description="Reinforcement learning compiled end to end in JAX.")
+    parser = Parser(
+        prog="jaxrl",
+        description="Reinforcement learning compiled end to end in JAX. Errors are one line; --debug (anywhere) "
+        "shows the traceback.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     for sub, _, _ in algorithm_parsers(commands, "train", "train an agent; writes a run folder and prints a summary"):
         run_group = sub.add_argument_group("run")
-        run_group.add_argument("--seeds", type=int, default=1, help="seeds trained in parallel (one vmapped program)")
-        run_group.add_argument("--seed", type=int, default=0, help="base random seed")
+        run_group.add_argument(
+            "--seeds", type=_number, default=None, help="seeds trained in parallel (one vmapped program; default 1)"
+        )
+        run_group.add_argument("--seed", type=_number, default=None, help="base random seed (default 0)")
         run_group.add_argument("--runs-dir", default="runs", help="parent folder of the run folder")
         run_group.add_argument("--run-dir", default=None, help="exact run folder (overrides --runs-dir)")
-        run_group.add_argument("--chunks", type=int, default=20, help="compiled chunks (progress updates) per run")
+        run_group.add_argument("--chunks", type=_number, default=20, help="compiled chunks (progress updates) per run")
         run_group.add_argument(
             "--target-return",
             type=float,
@@ -412,18 +490,24 @@ def build_parser() -> argparse.ArgumentParser:
             "--resume",
             default=None,
             metavar="RUN_DIR",
-            help="continue the run in RUN_DIR from its latest checkpoint (its config.json wins)",
+            help="continue the run in RUN_DIR from its latest checkpoint with its own settings (a flag given with "
+            "another value is refused, except --chunks, --checkpoint-every and other flags that change no number)",
         )
-        run_group.add_argument("--checkpoint-every", type=int, default=5, help="save a checkpoint every N chunks")
+        run_group.add_argument(
+            "--checkpoint-every", type=_number, default=5, help="save a checkpoint every N chunks (N >= 1)"
+        )
         run_group.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
         run_group.add_argument(
             "--eval-every",
-            type=int,
-            default=0,
+            type=_number,
+            default=None,
             metavar="K",
-            help="evaluate the deterministic policy inside every K-th compiled chunk and the last (0: never)",
+            help="evaluate the deterministic policy inside every K-th compiled chunk and the last (0, the default: "
+            "never)",
         )
-        run_group.add_argument("--eval-episodes", type=int, default=16, help="fresh episodes per evaluation and seed")
+        run_group.add_argument(
+            "--eval-episodes", type=_number, default=None, help="fresh episodes per evaluation and seed (default 16)"
+        )
         run_group.add_argument(
             "--wandb",
             default=None,
@@ -436,12 +520,16 @@ def build_parser() -> argparse.ArgumentParser:
             help="folder of JAX's persistent compilation cache; 'none' turns it off",
         )
     add_sweep_parser(commands)
-    evaluate = commands.add_parser("eval", help="evaluate a run's latest checkpoint on fresh episodes")
+    evaluate = commands.add_parser(
+        "eval", help="evaluate a run's latest checkpoint on fresh episodes", allow_abbrev=False
+    )
     evaluate.add_argument("run_dir", help="run folder (with config.json and checkpoints/)")
     evaluate.add_argument("--episodes", type=int, default=100, help="episodes per seed, played in parallel")
     evaluate.add_argument("--seed", type=int, default=12345, help="seed of the evaluation episodes' keys")
     plot = commands.add_parser(
-        "plot", help="learning curves of run folders, or a sweep's final return per hyperparameter, as a PNG"
+        "plot",
+        help="learning curves of run folders, or a sweep's final return per hyperparameter, as a PNG",
+        allow_abbrev=False,
     )
     plot.add_argument(
         "run_dirs",
@@ -468,78 +556,168 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+# Flags a resume may give with a different value: they change no number of the run.
+RESUME_FREE = ("chunks", "checkpoint_every", "no_progress", "tensorboard", "target_return", "wandb", "compile_cache")
+RUN_DEFAULTS = {"seeds": 1, "seed": 0, "eval_every": 0, "eval_episodes": 16}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def resume_settings(module, args):
+    """(Config, seeds, seed, eval_every, eval_episodes) of `--resume RUN_DIR`, from its config.json. A flag
+    given with a value different from the run's is refused (naming each such flag); flags that change no
+    number (RESUME_FREE: --chunks, --checkpoint-every, --no-progress, ...) may differ."""
+    run_dir = Path(args.resume)
+    saved = read_run_folder(run_dir)
+    if saved["algo"] != args.algo:
+        raise ValueError(
+            f"--resume {run_dir}: it is a {saved['algo']} run; continue it with jaxrl train {saved['algo']} "
+            f"--resume {run_dir}."
+        )
+    _, config, seeds, seed = load_run_config(run_dir)
+    stored_eval = saved.get("eval") or {"every": 0, "episodes": RUN_DEFAULTS["eval_episodes"]}
+    stored = {**to_dict(config), "seeds": seeds, "seed": seed, "eval_every": stored_eval["every"]}
+    if stored_eval["every"]:
+        stored["eval_episodes"] = stored_eval["episodes"]
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(module.Config) if hasattr(args, f.name)}
+    given.update({k: getattr(args, k) for k in RUN_DEFAULTS if getattr(args, k) is not None})
+    changed = []
+    for name, value in given.items():
+        value = list(value) if isinstance(value, tuple) else value
+        if name in stored and stored[name] != value:
+            changed.append(f"{_flag(name)} {value} (the run's: {stored[name]})")
+    if changed:
+        raise ValueError(
+            f"--resume {run_dir} keeps the run's settings, but {'; '.join(changed)} differ: drop "
+            f"{'it' if len(changed) == 1 else 'them'}, or start a new run with another --run-dir."
+        )
+    return config, seeds, seed, stored_eval["every"], stored_eval["episodes"]
+
+
+def check_backend() -> None:
+    """Initialises JAX's backend now, so that an unavailable one (JAX_PLATFORMS=cuda without a GPU) is one
+    clear line instead of a traceback later."""
+    import jax
+
+    try:
+        jax.devices()
+    except Exception as error:  # RuntimeError, or (jax 0.10, a platform without its plugin) a bare AssertionError
+        first = str(error).strip().splitlines()[0] if str(error).strip() else "no such backend is installed"
+        platforms = os.environ.get("JAX_PLATFORMS")
+        hint = f" (JAX_PLATFORMS={platforms}; unset it or install that backend)" if platforms else ""
+        raise ValueError(f"JAX backend unavailable{hint}: {first}") from error
+
+
+def train_command(args) -> int:
+    from jaxrl.run import loop, report
+
+    module = ALGORITHMS[args.algo]
+    check_backend()
+    if args.compile_cache.lower() != "none":
+        enable_compilation_cache(args.compile_cache)
+    if args.resume:
+        config, args.seeds, args.seed, args.eval_every, args.eval_episodes = resume_settings(module, args)
+        run_dir = Path(args.resume)
+    else:
+        for name, default in RUN_DEFAULTS.items():
+            if getattr(args, name) is None:
+                setattr(args, name, default)
+        config = config_from_args(module.Config, args)
+    runner = dict(
+        seeds=args.seeds,
+        seed=args.seed,
+        num_chunks=args.chunks,
+        checkpoint_every=args.checkpoint_every,
+        eval_every=args.eval_every,
+        eval_episodes=args.eval_episodes,
+    )
+    loop.validate_run(module, config, **runner)  # before a run folder is named or created
+    if not args.resume:
+        run_dir = Path(args.run_dir) if args.run_dir else loop.make_run_dir(args.runs_dir, args.algo, config, False)
+    sinks = []
+    if args.wandb:
+        from jaxrl.run.logging import WandbSink
+
+        sinks.append(WandbSink(args.wandb, name=run_dir.name, config={"algo": args.algo, **to_dict(config)}))
+    try:
+        result = loop.run(
+            module,
+            config,
+            **runner,
+            run_dir=run_dir,
+            progress=not args.no_progress,
+            tensorboard=args.tensorboard,
+            resume=bool(args.resume),
+            sinks=sinks,
+            target_return=args.target_return,
+        )
+    except loop.Interrupted as stop:
+        if stop.compiling and not args.resume:
+            where = f"nothing was trained and {run_dir} was left as it was before"
+        elif stop.compiling:
+            where = f"nothing was trained; {run_dir} is unchanged"
+        else:
+            where = f"after iteration {stop.iteration}; checkpoint and metrics saved in {run_dir}"
+        again = (
+            f"jaxrl train {args.algo} --resume {run_dir}" if args.resume or not stop.compiling else "the same command"
+        )
+        print(f"jaxrl: interrupted {'during compilation: ' if stop.compiling else ''}{where}. "
+              f"Continue with: {again}", file=sys.stderr)  # fmt: skip
+        return 130
+    except loop.Divergence as error:
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return 3
+    print(report.format_summary(report.summary(result, args.target_return)))
+    print(f"run folder          {run_dir}")
+    return 0
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text
+
+
+def _command(args) -> int:
     if args.command == "sweep":
         return run_sweep(args)
     if args.command == "plot":
         return plot_command(args)
     if args.command == "eval":
+        check_backend()
         return evaluate_run(Path(args.run_dir), args.episodes, args.seed)
-    from jaxrl.run import checkpoint, loop, report
+    return train_command(args)
 
-    module = ALGORITHMS[args.algo]
-    if args.compile_cache.lower() != "none":
-        enable_compilation_cache(args.compile_cache)
+
+def main(argv: list[str] | None = None) -> int:
+    """`jaxrl ...`: parses `argv` (default sys.argv[1:]) and runs the command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("JAXRL_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    args = build_parser().parse_args(argv)
+    from jaxrl.run.checkpoint import CheckpointError
+
     try:
-        if args.resume:
-            _, config, args.seeds, args.seed = load_run_config(Path(args.resume))
-            saved_eval = json.loads((Path(args.resume) / "config.json").read_text()).get("eval")
-            args.eval_every, args.eval_episodes = (
-                (saved_eval["every"], saved_eval["episodes"]) if saved_eval else (0, args.eval_episodes)
-            )
-        else:
-            config = config_from_args(module.Config, args)
-        module.validate(config)
-    except (OSError, TypeError, ValueError) as error:
-        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return _command(args)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("jaxrl: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, TypeError, OSError, OverflowError, ImportError, CheckpointError) as error:
+        if debug:
+            raise
+        print(f"jaxrl: error: {_one_line(error)}", file=sys.stderr)
         return 2
-    if args.resume:
-        run_dir = Path(args.resume)
-    else:
-        run_dir = Path(args.run_dir) if args.run_dir else loop.make_run_dir(args.runs_dir, args.algo, config)
-    sinks = []
-    if args.wandb:
-        from jaxrl.run.logging import WandbSink
-
-        try:
-            sinks.append(WandbSink(args.wandb, name=run_dir.name, config={"algo": args.algo, **to_dict(config)}))
-        except ImportError as error:
-            print(f"jaxrl: error: {error}", file=sys.stderr)
-            return 2
-    try:
-        result = loop.run(
-            module,
-            config,
-            seeds=args.seeds,
-            seed=args.seed,
-            num_chunks=args.chunks,
-            run_dir=run_dir,
-            progress=not args.no_progress,
-            checkpoint_every=args.checkpoint_every,
-            tensorboard=args.tensorboard,
-            resume=bool(args.resume),
-            eval_every=args.eval_every,
-            eval_episodes=args.eval_episodes,
-            sinks=sinks,
-            target_return=args.target_return,
-        )
-    except loop.Interrupted as stop:
+    except Exception as error:  # a bug, not a user error: still one line, the traceback with --debug
+        if debug:
+            raise
         print(
-            f"jaxrl: interrupted after iteration {stop.iteration}; checkpoint and metrics saved in {run_dir}. "
-            f"Continue with: jaxrl train {args.algo} --resume {run_dir}",
+            f"jaxrl: internal error: {type(error).__name__}: {_one_line(error)} (rerun with --debug for the traceback)",
             file=sys.stderr,
         )
-        return 130
-    except loop.Divergence as error:
-        print(f"jaxrl: error: {error}", file=sys.stderr)
-        return 3
-    except (checkpoint.CheckpointError, ValueError) as error:
-        print(f"jaxrl: error: {error}", file=sys.stderr)
-        return 2
-    print(report.format_summary(report.summary(result, args.target_return)))
-    print(f"run folder          {run_dir}")
-    return 0
+        return 1
 
 
 if __name__ == "__main__":

@@ -431,3 +431,68 @@ def retrace(
         r_t, next_expected_q_t, discount_t, continue_t * _next(c_t), next_q_t=_next(_f32(q_t))
     )
     return _backward_sum(x_t, k_t)
+
+
+# ---------------------------------------------------------------------------
+# Preference pairs from grouped returns (DPO for control).
+# ---------------------------------------------------------------------------
+
+PAIR_MODES = ("best_worst", "all")
+
+
+def preference_pairs(
+    returns: Array, group_size: int, mode: str = "best_worst", margin: Numeric = 0.0
+) -> tuple[Array, Array, Array]:
+    """Preference pairs (y_w, y_l) among the members of each group, ranked by
+    their returns, for Direct Preference Optimization (Rafailov et al. 2023,
+    "Direct Preference Optimization: Your Language Model is Secretly a Reward
+    Model", arXiv 2305.18290) on grouped rollouts: x is a group's shared start,
+    y a member's trajectory, and the preference y_w > y_l holds when
+
+      R_w - R_l > margin,
+
+    R the members' returns. No learned reward model is needed.
+
+    ``returns`` [N] holds N = M * group_size members, member n in group
+    n // group_size (adjacent members share a start, as a grouped rollout lays
+    them out). Pairs never cross groups.
+
+    mode="best_worst": one pair per group, (argmax_g R, argmin_g R) (the first
+    member on ties of the best or worst); P = M.
+    mode="all": every pair of distinct members {i, j} of a group, ordered so the
+    winner has the higher return (every ordered pair with R_w - R_l > margin
+    is one of them); P = M * G (G - 1) / 2, in group order, then i < j.
+
+    A pair whose gap is <= margin (ties in particular: margin >= 0) is not
+    valid. Its indices still name two members of its group.
+
+    Args:
+      returns: float [N], one return per member.
+      group_size: static Python int >= 2 that divides N.
+      mode: static, "best_worst" or "all".
+      margin: scalar (may be traced).
+
+    Returns:
+      (winners [P] int32, losers [P] int32, valid [P] bool); winners and losers
+      are member indices into ``returns``.
+    """
+    chex.assert_rank(returns, 1)
+    chex.assert_type(returns, float)
+    chex.assert_rank(margin, 0)
+    if mode not in PAIR_MODES:
+        raise ValueError(f"mode must be one of {PAIR_MODES}, got {mode!r}.")
+    num = returns.shape[0]
+    if not isinstance(group_size, int) or group_size < 2 or num % group_size:
+        raise ValueError(f"group_size must be a Python int >= 2 that divides N = {num}, got {group_size!r}.")
+    grouped = _f32(returns).reshape(num // group_size, group_size)  # [M, G]
+    first = (jnp.arange(num // group_size, dtype=jnp.int32) * group_size)[:, None]  # [M, 1]
+    if mode == "best_worst":
+        best = jnp.argmax(grouped, axis=1).astype(jnp.int32)[:, None]
+        worst = jnp.argmin(grouped, axis=1).astype(jnp.int32)[:, None]
+    else:
+        i, j = (x.astype(jnp.int32) for x in jnp.triu_indices(group_size, 1))
+        i_wins = grouped[:, i] >= grouped[:, j]  # [M, G (G - 1) / 2]
+        best, worst = jnp.where(i_wins, i, j), jnp.where(i_wins, j, i)
+    winners, losers = (first + best).reshape(-1), (first + worst).reshape(-1)
+    gap = _f32(returns)[winners] - _f32(returns)[losers]
+    return winners, losers, gap > _f32(margin)

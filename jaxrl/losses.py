@@ -117,9 +117,123 @@ def policy_gradient_loss(log_prob: jax.Array, behaviour_log_prob: jax.Array, adv
     return -jnp.exp(log_prob - behaviour_log_prob) * jax.lax.stop_gradient(advantages)
 
 
+def dpo_loss(
+    log_prob_w: jax.Array, ref_log_prob_w: jax.Array, log_prob_l: jax.Array, ref_log_prob_l: jax.Array, beta
+) -> tuple[jax.Array, jax.Array]:
+    """The DPO loss per preference pair (Rafailov et al. 2023, "Direct Preference Optimization", arXiv
+    2305.18290, eq. 7), with log pi(y|x) the log-likelihood of a whole sample y (for control: a trajectory's
+    log-probabilities summed over its valid steps):
+
+        h    = r_hat(x, y_w) - r_hat(x, y_l),   r_hat(x, y) = beta (log pi(y|x) - log pi_ref(y|x))
+        loss = -log sigmoid(h)
+
+    Its gradient is -beta sigmoid(-h) (grad log pi(y_w|x) - grad log pi(y_l|x)) (eq. 8): the preferred sample's
+    likelihood goes up, the rejected one's down, weighted by how wrongly the implicit reward ranks them. The
+    reference log-probabilities are held constant (`stop_gradient`). Returns (loss [P], h [P]).
+    """
+    chex.assert_equal_shape([log_prob_w, ref_log_prob_w, log_prob_l, ref_log_prob_l])
+    ref_w, ref_l = jax.lax.stop_gradient(ref_log_prob_w), jax.lax.stop_gradient(ref_log_prob_l)
+    h = beta * ((log_prob_w - ref_w) - (log_prob_l - ref_l))
+    return -jax.nn.log_sigmoid(h), h
+
+
 def critic_loss(q: jax.Array, targets: jax.Array) -> jax.Array:
     """sum_k mean_b (Q_k(o_b, a_b) - y_b)^2 over K critics q [K, B] and fixed targets y [B]: every critic
     regresses on the same target, as in TD3 (Fujimoto et al. 2018) and SAC (Haarnoja et al. 2018)."""
     chex.assert_rank(q, 2)
     chex.assert_equal_shape([q[0], targets])
     return jnp.sum(jnp.mean((q - jax.lax.stop_gradient(targets)) ** 2, axis=-1))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# V-MPO (Song et al. 2019, "V-MPO: On-Policy Maximum a Posteriori Policy Optimization for Discrete and Continuous
+# Control", arXiv 1909.12238): the E-step's top-half selection and temperature dual, the M-step's weighted
+# maximum likelihood, its KL trust region's Lagrangian, and the decoupled Gaussian KL. These reduce over the batch
+# themselves (the E-step's softmax normalises over the selected samples), so they return scalars or weights.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def vmpo_top_half(advantages: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """V-MPO's sample selection (Song et al. 2019, Sec. 4.1): the boolean mask of the ceil(n / 2) valid samples
+    with the largest advantages, n the number of valid samples (`mask`, default all), over every axis at once.
+
+    Exactly ceil(n / 2) samples are kept: ties at the boundary are broken by position (a stable sort), so a
+    constant advantage keeps the first half. Paper: "we use only the highest 50% of advantages in each batch".
+    """
+    mask = jnp.ones(advantages.shape, bool) if mask is None else mask.astype(bool)
+    chex.assert_equal_shape([advantages, mask])
+    flat = jnp.where(mask, advantages, -jnp.inf).reshape(-1)
+    order = jnp.argsort(-flat, stable=True)
+    ranks = jnp.zeros(flat.shape, jnp.int32).at[order].set(jnp.arange(flat.size, dtype=jnp.int32))
+    keep = (mask.sum() + 1) // 2
+    return (ranks < keep).reshape(advantages.shape) & mask
+
+
+def vmpo_temperature_loss(
+    temperature: jax.Array, advantages: jax.Array, selected: jax.Array, epsilon_eta
+) -> tuple[jax.Array, jax.Array]:
+    """V-MPO's E-step (Song et al. 2019, eqs. 3-4): the temperature dual and the sample weights.
+
+        L_eta = eta * epsilon_eta + eta * log( (1 / |D~|) sum_{(s,a) in D~} exp(A(s, a) / eta) )
+        psi(s, a) = exp(A(s, a) / eta) / sum_{(s',a') in D~} exp(A(s', a') / eta)   for (s, a) in D~, else 0
+
+    D~ the `selected` samples (`vmpo_top_half`), eta > 0 the scalar `temperature`. The log-mean-exp is computed
+    as a logsumexp (stable for small eta). The advantages carry no gradient; the weights psi are computed with
+    eta held constant (`stop_gradient`), so L_eta trains eta alone. Returns (L_eta, psi with `advantages`' shape,
+    summing to 1 over D~).
+    """
+    chex.assert_equal_shape([advantages, selected])
+    chex.assert_rank(temperature, 0)
+    advantages = jax.lax.stop_gradient(advantages)
+    selected = selected.astype(bool)
+    count = jnp.maximum(selected.sum(), 1).astype(advantages.dtype)
+
+    def log_sum_exp(eta):
+        scaled = jnp.where(selected, advantages / eta, -jnp.inf)
+        return jax.nn.logsumexp(scaled), scaled
+
+    lse, _ = log_sum_exp(temperature)
+    loss = temperature * epsilon_eta + temperature * (lse - jnp.log(count))
+    lse_sg, scaled_sg = log_sum_exp(jax.lax.stop_gradient(temperature))
+    weights = jnp.where(selected, jnp.exp(scaled_sg - lse_sg), 0.0)
+    return loss, jax.lax.stop_gradient(weights)
+
+
+def vmpo_policy_loss(log_prob: jax.Array, weights: jax.Array) -> jax.Array:
+    """V-MPO's M-step weighted maximum likelihood (Song et al. 2019, eq. 5): L_pi = -sum_{D~} psi(s, a) log pi(a|s),
+    with the E-step's weights psi held constant. A scalar."""
+    chex.assert_equal_shape([log_prob, weights])
+    return -jnp.sum(jax.lax.stop_gradient(weights) * log_prob)
+
+
+def lagrange_loss(multiplier: jax.Array, kl: jax.Array, epsilon) -> jax.Array:
+    """The KL trust region as a Lagrangian in V-MPO's form (Song et al. 2019, eq. 6):
+
+        L_alpha = alpha * (epsilon_alpha - sg(KL)) + sg(alpha) * KL
+
+    Its gradient in alpha, epsilon_alpha - KL, lowers alpha while the constraint KL <= epsilon_alpha holds and
+    raises it when violated; its gradient in the policy is alpha * grad KL, the penalty. A scalar per multiplier
+    (`multiplier` and `kl` broadcast)."""
+    sg = jax.lax.stop_gradient
+    return multiplier * (epsilon - sg(kl)) + sg(multiplier) * kl
+
+
+def gaussian_kl_decomposed(
+    mean_old: jax.Array, std_old: jax.Array, mean: jax.Array, std: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """KL(pi_old || pi) of diagonal Gaussians split into a mean and a covariance part, as V-MPO (Song et al. 2019,
+    Appendix C, after Abdolmaleki et al. 2018) constrains them separately:
+
+        KL_mu    = 1/2 (mu - mu_old)^T Sigma_old^-1 (mu - mu_old)
+        KL_Sigma = 1/2 [ tr(Sigma^-1 Sigma_old) - d + log(|Sigma| / |Sigma_old|) ]
+
+    KL_mu is the KL to N(mu, Sigma_old) (only the mean moved), KL_Sigma the KL to N(mu_old, Sigma) (only the
+    covariance moved); each equals the full KL(N(mu_old, Sigma_old) || N(mu, Sigma)) when the other part is
+    unchanged (the full KL's mean term weighs by Sigma^-1, not Sigma_old^-1). Inputs [..., d] (stds broadcast);
+    returns (KL_mu, KL_Sigma) [...]."""
+    mean_old, std_old, mean, std = jnp.broadcast_arrays(mean_old, std_old, mean, std)
+    chex.assert_equal_shape([mean_old, std_old, mean, std])
+    kl_mu = 0.5 * jnp.sum(jnp.square((mean - mean_old) / std_old), axis=-1)
+    variance_ratio = jnp.square(std_old / std)
+    kl_sigma = 0.5 * jnp.sum(variance_ratio - 1.0 - jnp.log(variance_ratio), axis=-1)
+    return kl_mu, kl_sigma

@@ -93,3 +93,17 @@ def test_field_values_follow_the_field_type():
     assert cli._field_value(ppo.Config, "learning_rate", "3e-4") == 3e-4
     with pytest.raises((ValueError, argparse.ArgumentTypeError)):
         cli._field_value(ppo.Config, "num_envs", "2.5")
+
+
+def test_preset_flag_starts_from_the_package_preset_and_flags_override():
+    from jaxrl import presets
+    from jaxrl.algos import ppo
+
+    args = cli.build_parser().parse_args(
+        ["train", "ppo", "--env", "Pendulum-v1", "--preset", "--learning-rate", "3e-4"]
+    )
+    config = cli.config_from_args(ppo.Config, args)
+    assert config == presets.get("ppo", "Pendulum-v1", learning_rate=3e-4)
+    assert config.num_minibatches == presets.PRESETS["ppo", "Pendulum-v1"]["num_minibatches"]
+    plain = cli.config_from_args(ppo.Config, cli.build_parser().parse_args(["train", "ppo", "--env", "Pendulum-v1"]))
+    assert plain == ppo.Config(env="Pendulum-v1")

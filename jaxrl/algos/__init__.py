@@ -1,12 +1,13 @@
 """Algorithms: each module follows the `jaxrl.algos.base.Algorithm` protocol (Config, validate, init, update,
 evaluation_policy) and is registered here by name; `train` / `make_train` are `jaxrl.algos.base`'s, once."""
 
-from jaxrl.algos import a2c, base, ddpg, dqn, grpo, impala, ppo, pqn, reinforce, sac, sarsa, td3, trpo
+from jaxrl.algos import a2c, base, ddpg, dpo, dqn, grpo, impala, ppo, pqn, reinforce, sac, sarsa, td3, trpo, vmpo
 from jaxrl.algos.base import Algorithm, algorithm_of, make_train, train
 
 ALGORITHMS: dict[str, Algorithm] = base.register(
     ppo=ppo,
     grpo=grpo,
+    dpo=dpo,
     impala=impala,
     dqn=dqn,
     pqn=pqn,
@@ -17,6 +18,7 @@ ALGORITHMS: dict[str, Algorithm] = base.register(
     ddpg=ddpg,
     td3=td3,
     sac=sac,
+    vmpo=vmpo,
 )
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "algorithm_of",
     "base",
     "ddpg",
+    "dpo",
     "dqn",
     "grpo",
     "impala",
@@ -38,4 +41,5 @@ __all__ = [
     "td3",
     "train",
     "trpo",
+    "vmpo",
 ]

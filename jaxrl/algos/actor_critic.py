@@ -2,15 +2,17 @@
 
 - `Config`: the fields of a learner that steps one batch of `num_envs` environments `num_steps` per iteration
   with an actor-critic MLP (PPO, A2C, REINFORCE, TRPO, IMPALA subclass it; a subclass redeclares a field only
-  to change its default or help). GRPO's members are groups of 1-env rollouts, so its `num_envs` and
-  `num_steps` are derived properties and its Config subclasses `base.Config` directly; the functions here
-  read only the fields they name.
+  to change its default or help). GRPO's and DPO's members are groups of 1-env rollouts, so their `num_envs`
+  and `num_steps` are derived properties of `GroupConfig`, which subclasses `base.Config` directly; the
+  functions here read only the fields they name.
 - `validate`: the checks the family shares, and one valid range per field wherever a Config has that field.
 - The env, the network (`ActorCritic` on an `MLPTorso`), the rollout's behaviour policy, the evaluation policy,
   the optimiser (`optim.clipped_optimizer` at `optim.learning_rate_schedule`, per iteration) and `init`.
 - The masked actor-critic loss (the importance-weighted policy gradient, an entropy bonus and a value
   regression over a validity mask) and its minibatch step (A2C, REINFORCE), masked advantage normalisation
   and the exact KL between two parameter sets.
+- Grouped collection (GRPO, DPO): `GroupConfig`, `time_limit`, `make_group_env`, `init_trunk` and
+  `collect_groups` (starts, members, the grouped rollout, the first-episode mask and the group metrics).
 """
 
 from __future__ import annotations
@@ -29,7 +31,17 @@ from jaxrl.algos import base
 from jaxrl.algos.base import check_choice, check_common, check_divides, check_range, hyper, static
 from jaxrl.minibatch import minibatch_epochs
 from jaxrl.networks import ActorCritic, MLPTorso
-from jaxrl.rollout import EnvCarry, reset, rollout
+from jaxrl.rollout import (
+    EnvCarry,
+    episode_metrics,
+    first_episode_mask,
+    group_starts,
+    grouped_rollout,
+    no_critic,
+    repeat_members,
+    reset,
+    rollout,
+)
 from jaxrl.types import Trajectory
 
 
@@ -79,13 +91,14 @@ RANGES = {
 def validate(
     config,
     positive_ints: tuple[str, ...] = ("num_envs", "num_steps", "update_epochs", "num_minibatches"),
-    minibatches: str = "num_minibatches",
+    minibatches: str | None = "num_minibatches",
     what: str = "num_envs * num_steps",
 ) -> None:
-    """The family's checks: `base.check_common` on `positive_ints`, `minibatches` divides the rollout batch, a
-    known optimiser, and each field of `RANGES` the config has in its range."""
+    """The family's checks: `base.check_common` on `positive_ints`, `minibatches` (unless None) divides the
+    rollout batch, a known optimiser, and each field of `RANGES` the config has in its range."""
     check_common(config, positive_ints)
-    check_divides(config, minibatches, what=what)
+    if minibatches is not None:
+        check_divides(config, minibatches, what=what)
     check_choice(config, "optimizer", optim.OPTIMIZERS)
     for field, (low, high, low_open) in RANGES.items():
         if hasattr(config, field):
@@ -262,3 +275,105 @@ def actor_critic_step(config, network, params, opt_state, batch, key, critic: bo
     new_params, opt_state, stats = minibatch_updates(config, loss, params, opt_state, batch, key)
     stats["kl"] = policy_kl(network, params, new_params, batch["obs"], batch["mask"])
     return new_params, opt_state, stats
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Grouped collection (GRPO, DPO): M groups of G members that share a start, each a 1-env rollout of num_steps.
+# ---------------------------------------------------------------------------------------------------------------
+
+GROUP_MODES = ("start", "branch")
+
+
+@struct.dataclass
+class GroupConfig(base.Config):
+    """The fields of a learner on grouped rollouts; GRPO and DPO subclass it and add their own."""
+
+    num_groups: int = static(4, "groups M per iteration")
+    group_size: int = static(8, "members G per group (rollouts sharing a start)")
+    group_mode: str = static("start", "start: groups start from fresh resets; branch: from states along rollouts")
+    horizon: int = static(0, "steps each member runs; 0 = the env's time limit (whole episodes)")
+
+    @property
+    def num_envs(self) -> int:
+        """Members (environments) per iteration, M * G."""
+        return self.num_groups * self.group_size
+
+    @property
+    def num_steps(self) -> int:
+        """Steps per member per iteration: `horizon`, or the env's time limit when it is 0."""
+        return self.horizon or time_limit(self.env)
+
+
+@functools.lru_cache(maxsize=None)
+def time_limit(env_id: str) -> int:
+    limit = getattr(envs.make(env_id, 1).params, "max_steps_in_episode", None)
+    if not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"Config.horizon: {env_id} has no time limit; set horizon to the steps per member.")
+    return limit
+
+
+def make_group_env(config: GroupConfig):
+    """One environment: members are vmapped 1-env rollouts (see `rollout.grouped_rollout`)."""
+    return envs.make(config.env, 1)
+
+
+def init_trunk(config: GroupConfig, key: jax.Array) -> EnvCarry | None:
+    """Branch mode: the M ordinary rollouts groups branch from, leaves [M, 1, ...] (None in start mode)."""
+    return group_starts(make_group_env(config), key, config.num_groups) if config.group_mode == "branch" else None
+
+
+def init_group_actor(config: GroupConfig, key: jax.Array):
+    """A critic-free group learner's start (GRPO, DPO): (key, actor-only params, optimiser state, trunk)."""
+    env = make_group_env(config)
+    network = make_network(config, env.spec)
+    key, net_key, trunk_key = jax.random.split(key, 3)
+    dummy_obs = jnp.zeros((1, *env.spec.observation_shape), jnp.float32)
+    params = network.init(net_key, dummy_obs, method=ActorCritic.policy)  # the actor only: no critic
+    opt_state = make_optimizer(config).init(params)
+    return key, params, opt_state, init_trunk(config, trunk_key)
+
+
+def group_evaluation_policy(config: GroupConfig, state, deterministic: bool = True):
+    """`act(obs, key) -> action` of a group learner's policy (the mode when `deterministic`) and the identity
+    normalisation (its members see raw observations), for `jaxrl.run.evaluate`."""
+    network = make_network(config, make_group_env(config).spec)
+    return evaluation_act(network, state.params, deterministic), lambda obs: obs
+
+
+def collect_groups(
+    config: GroupConfig, act: Callable, trunk: EnvCarry | None, key: jax.Array
+) -> tuple[Trajectory, jax.Array, EnvCarry | None, dict[str, jax.Array]]:
+    """One iteration's grouped rollout with the behaviour policy `act(obs, key) -> (action, log_prob)`.
+
+    1. Starts. `group_mode="start"`: M fresh reset states. `"branch"`: the current states of the M trunk
+       rollouts, so groups branch from states the policy visits; member 0 of each group carries the trunk on.
+    2. Each start is copied G times and each member runs `num_steps` steps with its own key. Steps after a
+       member's first episode ends are masked out.
+
+    Returns (trajectory [T, M * G, ...], first-episode mask [T, M * G], new trunk (None in start mode), metrics:
+    the members' first-episode return and length in start mode, the trunk's completed episodes in branch mode,
+    and `valid_fraction`)."""
+    env = make_group_env(config)
+    starts_key, member_key = jax.random.split(key)
+    if config.group_mode == "start":
+        starts = group_starts(env, starts_key, config.num_groups)
+    else:
+        starts = trunk
+    members = repeat_members(starts, config.group_size)
+    member_keys = jax.random.split(member_key, config.num_envs)
+    final, traj = grouped_rollout(env, act, no_critic(env), members, member_keys, config.num_steps)
+    mask = first_episode_mask(traj.done)
+    if config.group_mode == "start":
+        returns = jnp.where(mask, traj.rewards, 0.0).sum(0)  # [N] return of each member's first episode
+        lengths = mask.sum(0)
+        metrics = {
+            "episode_return": returns.mean(),
+            "episode_length": lengths.mean(),
+            "episodes": (mask & traj.done).sum(),
+        }
+        trunk = None
+    else:  # member 0 of each group is an ordinary rollout: its episodes are the policy's
+        trunk = jax.tree.map(lambda x: x[:: config.group_size], final)
+        metrics = episode_metrics(jax.tree.map(lambda x: x[:, :: config.group_size], traj))
+    metrics["valid_fraction"] = mask.mean()
+    return traj, mask, trunk, metrics

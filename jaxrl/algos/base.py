@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import jax
+import numpy as np
 from flax import struct
 
 from jaxrl.envs import check_env_id
@@ -162,20 +163,36 @@ def concrete(value) -> bool:
     return isinstance(value, numbers.Number)
 
 
+def host_array(value):
+    """`value` as a NumPy array when it is known on the host: a Python or NumPy number, a NumPy array or a
+    concrete `jax.Array` (e.g. `jnp.float32(-1)`); None for a tracer (a Config traced under jit or vmap)."""
+    if isinstance(value, jax.core.Tracer):
+        return None
+    if isinstance(value, (numbers.Number, np.generic, np.ndarray, jax.Array)):
+        return np.asarray(value)
+    return None
+
+
+def _shown(values: np.ndarray):
+    return values.item() if values.size == 1 else values.tolist()
+
+
 def check(condition: bool, field: str, message: str) -> None:
     if not condition:
         raise ValueError(f"Config.{field}: {message}")
 
 
 def check_range(config, field: str, low=None, high=None, low_open=False) -> None:
-    value = getattr(config, field)
-    if not concrete(value):
+    """`low <= value <= high` (`low < value` with `low_open`) for a host-known value, every element of a
+    concrete array (a stacked sweep Config) included; traced values are checked by nobody."""
+    values = host_array(getattr(config, field))
+    if values is None:
         return
     if low is not None:
-        ok = value > low if low_open else value >= low
-        check(ok, field, f"got {value}, must be {'>' if low_open else '>='} {low}.")
+        ok = bool(np.all(values > low if low_open else values >= low))
+        check(ok, field, f"got {_shown(values)}, must be {'>' if low_open else '>='} {low}.")
     if high is not None:
-        check(value <= high, field, f"got {value}, must be <= {high}.")
+        check(bool(np.all(values <= high)), field, f"got {_shown(values)}, must be <= {high}.")
 
 
 def check_choice(config, field: str, allowed) -> None:
@@ -183,16 +200,64 @@ def check_choice(config, field: str, allowed) -> None:
     check(value in allowed, field, f"{value!r} is not one of {', '.join(map(str, allowed))}.")
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def check_int(config, field: str, minimum: int = 1) -> None:
     value = getattr(config, field)
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    ok = _is_int(value) and value >= minimum
     check(ok, field, f"got {value!r}, must be an integer >= {minimum}.")
+
+
+# Naming conventions the generic checks rely on: a `*_coef` is a non-negative weight, a `learning_rate` or
+# `*_learning_rate` a positive step size.
+def _sign_rule(name: str) -> tuple[float, bool] | None:
+    if name.endswith("_coef"):
+        return 0.0, False
+    if name == "learning_rate" or name.endswith("_learning_rate"):
+        return 0.0, True
+    return None
+
+
+def check_fields(config) -> None:
+    """The type of every field, from its default: a `hyper` field holds a finite real number (a Python or NumPy
+    number, or a concrete array of them; tracers pass), `*_coef` fields are >= 0 and learning rates > 0; a
+    `static` field holds a value of its default's type (int, float, bool, str), finite when a float, and
+    tuples of ints (`hidden_sizes`) hold positive integers."""
+    for field in dataclasses.fields(config):
+        name, value, default = field.name, getattr(config, field.name), field.default
+        if not is_static(field):
+            if isinstance(value, jax.core.Tracer):
+                continue
+            values = host_array(value)
+            real = values is not None and values.dtype.kind in "iuf" and not isinstance(value, bool)
+            check(real, name, f"got {value!r} ({type(value).__name__}), must be a real number.")
+            check(bool(np.isfinite(values).all()), name, f"got {_shown(values)}, must be a finite number.")
+            rule = _sign_rule(name)
+            if rule is not None:
+                check_range(config, name, rule[0], low_open=rule[1])
+        elif isinstance(default, bool):
+            check(isinstance(value, (bool, np.bool_)), name, f"got {value!r}, must be true or false.")
+        elif isinstance(default, int):
+            check(_is_int(value), name, f"got {value!r} ({type(value).__name__}), must be an integer.")
+        elif isinstance(default, float):
+            ok = isinstance(value, (numbers.Real, np.floating)) and not isinstance(value, bool)
+            check(ok and np.isfinite(value), name, f"got {value!r}, must be a finite number.")
+        elif isinstance(default, str):
+            check(isinstance(value, str), name, f"got {value!r} ({type(value).__name__}), must be a string.")
+        elif isinstance(default, tuple) and all(_is_int(x) for x in default):
+            ok = isinstance(value, (tuple, list)) and all(_is_int(x) and x >= 1 for x in value)
+            check(ok, name, f"got {value!r}, must be positive integers (e.g. 64,64).")
 
 
 def check_common(config, positive_ints: tuple[str, ...]) -> None:
     """The checks every algorithm's `validate` shares: a registered env id, positive integer fields, at least
-    one iteration in `total_timesteps`, and a known activation."""
+    one iteration in `total_timesteps`, a known activation, and `check_fields` (the type, finiteness and sign
+    of every field)."""
+    check_fields(config)
     check_env_id(config.env)
+    check_int(config, "total_timesteps", 1)
     for name in positive_ints:
         check_int(config, name, 1)
     check(

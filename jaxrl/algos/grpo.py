@@ -32,7 +32,6 @@ this lag is `jaxrl.algos.impala`.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -40,33 +39,19 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, estimators, lag, losses, replay
+from jaxrl import estimators, lag, losses, replay
 from jaxrl.algos import actor_critic as ac
-from jaxrl.algos import base
-from jaxrl.algos.actor_critic import behaviour, make_network, policy_of
+from jaxrl.algos.actor_critic import GROUP_MODES, behaviour, make_network, policy_of
 from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, static, train  # noqa: F401
 from jaxrl.networks import ActorCritic
-from jaxrl.rollout import (
-    EnvCarry,
-    episode_metrics,
-    first_episode_mask,
-    group_starts,
-    grouped_rollout,
-    no_critic,
-    repeat_members,
-)
+from jaxrl.rollout import EnvCarry
 
-GROUP_MODES = ("start", "branch")
 SUPERVISION = ("outcome", "process")
 KL_REFERENCES = ("none", "initial", "moving")
 
 
 @struct.dataclass
-class Config(base.Config):
-    num_groups: int = static(4, "groups M per iteration")
-    group_size: int = static(8, "members G per group (rollouts sharing a start)")
-    group_mode: str = static("start", "start: groups start from fresh resets; branch: from states along rollouts")
-    horizon: int = static(0, "steps each member runs; 0 = the env's time limit (whole episodes)")
+class Config(ac.GroupConfig):
     supervision: str = static("outcome", "outcome: normalised episode returns; process: normalised step rewards")
     total_timesteps: int = static(500_000, "environment steps of the whole run (all members, masked steps too)")
     update_epochs: int = static(4, "passes over each iteration's data")
@@ -88,16 +73,6 @@ class Config(base.Config):
     advantage_eps: float = hyper(1e-8, "epsilon added to the group std when normalising")
     rho_bar: float = hyper(1.0, "truncation of the importance weight pi_prox / mu on replayed data")
     max_grad_norm: float = hyper(0.5, "global gradient-norm clipping threshold")
-
-    @property
-    def num_envs(self) -> int:
-        """Members (environments) per iteration, M * G."""
-        return self.num_groups * self.group_size
-
-    @property
-    def num_steps(self) -> int:
-        """Steps per member per iteration: `horizon`, or the env's time limit when it is 0."""
-        return self.horizon or time_limit(self.env)
 
     @property
     def minibatches_per_epoch(self) -> int:
@@ -122,14 +97,6 @@ class TrainState:
     iteration: jax.Array
 
 
-@functools.lru_cache(maxsize=None)
-def time_limit(env_id: str) -> int:
-    limit = getattr(envs.make(env_id, 1).params, "max_steps_in_episode", None)
-    if not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"Config.horizon: {env_id} has no time limit; set horizon to the steps per member.")
-    return limit
-
-
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
     check_int(config, "horizon", 0)  # first: num_steps, and so every count below, depends on it
@@ -147,25 +114,16 @@ def validate(config: Config) -> None:
     check_range(config, "rho_bar", 0.0, low_open=True)
 
 
-def make_env(config: Config):
-    """One environment: members are vmapped 1-env rollouts (see `rollout.grouped_rollout`)."""
-    return envs.make(config.env, 1)
+make_env = ac.make_group_env  # one environment: members are vmapped 1-env rollouts
 
 
-def evaluation_policy(config: Config, state: TrainState, deterministic: bool = True):
-    """`act(obs, key) -> action` of the trained policy (the mode when `deterministic`), for `jaxrl.run.evaluate`."""
-    return ac.evaluation_act(make_network(config, make_env(config).spec), state.params, deterministic), lambda o: o
+evaluation_policy = ac.group_evaluation_policy
 
 
 def init(config: Config, key: jax.Array) -> TrainState:
-    env = make_env(config)
-    network = make_network(config, env.spec)
-    key, net_key, trunk_key = jax.random.split(key, 3)
-    dummy_obs = jnp.zeros((1, *env.spec.observation_shape), jnp.float32)
-    params = network.init(net_key, dummy_obs, method=ActorCritic.policy)  # the actor only: GRPO has no critic
-    opt_state = ac.make_optimizer(config).init(params)
+    network = make_network(config, make_env(config).spec)
+    key, params, opt_state, trunk = ac.init_group_actor(config, key)
     ref_params = params if config.kl_reference != "none" else None
-    trunk = group_starts(env, trunk_key, config.num_groups) if config.group_mode == "branch" else None
     lagged = lag.init(params, config.behaviour_lag)
     state = TrainState(params, opt_state, ref_params, trunk, None, lagged, key, jnp.zeros((), jnp.int32))
     if config.replay_ratio == 0:
@@ -205,18 +163,10 @@ def loss_fn(params, ref_params, network: ActorCritic, config: Config, batch: dic
 
 
 def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Array):
-    """One iteration's grouped rollout: (groups batch [T, N, ...], new trunk, metrics)."""
-    env = make_env(config)
-    starts_key, member_key = jax.random.split(key)
-    if config.group_mode == "start":
-        starts = group_starts(env, starts_key, config.num_groups)
-    else:
-        starts = state.trunk
-    members = repeat_members(starts, config.group_size)
-    member_keys = jax.random.split(member_key, config.num_envs)
+    """One iteration's grouped rollout (`actor_critic.collect_groups`) with group-relative advantages:
+    (groups batch [T, N, ...], new trunk, metrics)."""
     act = behaviour(network, lag.behaviour_params(state.lagged, state.params))[0]
-    final, traj = grouped_rollout(env, act, no_critic(env), members, member_keys, config.num_steps)
-    mask = first_episode_mask(traj.done)
+    traj, mask, trunk, metrics = ac.collect_groups(config, act, state.trunk, key)
     advantages = estimators.group_relative_advantages(
         traj.rewards, mask, config.group_size, config.supervision, config.advantage_eps
     )
@@ -227,19 +177,6 @@ def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Ar
         "advantages": advantages,
         "mask": mask,
     }
-    if config.group_mode == "start":
-        returns = jnp.where(mask, traj.rewards, 0.0).sum(0)  # [N] return of each member's first episode
-        lengths = mask.sum(0)
-        metrics = {
-            "episode_return": returns.mean(),
-            "episode_length": lengths.mean(),
-            "episodes": (mask & traj.done).sum(),
-        }
-        trunk = None
-    else:  # member 0 of each group is an ordinary rollout: its episodes are the policy's
-        trunk = jax.tree.map(lambda x: x[:: config.group_size], final)
-        metrics = episode_metrics(jax.tree.map(lambda x: x[:, :: config.group_size], traj))
-    metrics["valid_fraction"] = mask.mean()
     return batch, trunk, metrics
 
 

@@ -9,12 +9,15 @@ from the training keys, so evaluating changes no training number. The evaluation
 
 from __future__ import annotations
 
+import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl import envs
 from jaxrl.algos.base import Algorithm
 from jaxrl.run.evaluate import evaluate
 
@@ -102,9 +105,55 @@ def compile_programs(algo: Algorithm, config, init, keys, abstract_state, plan, 
         return jax.jit(jax.vmap(make_chunk(algo, config, size))).lower(abstract_state).compile()
 
     programs = set(plan)
-    with ThreadPoolExecutor(max_workers=1 + len(programs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=1 + len(programs))
+    try:
         init_future = None if init is None else pool.submit(lambda: init.lower(keys).compile())
         futures = {p: pool.submit(lower, *p) for p in programs}
         compiled = {p: future.result() for p, future in futures.items()}
         state = None if init_future is None else init_future.result()(keys)
+    except BaseException:  # Ctrl-C or a compile error: do not wait for the other compiles to finish
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return state, compiled
+
+
+def estimate_memory(config, seeds: int = 1) -> int:
+    """A rough lower bound, in bytes, of the memory a run needs for its data alone (not the networks, the
+    optimiser or XLA's temporaries): per seed, the environment states of the env batch, the rollout
+    (num_steps x num_envs steps of two observations and ~8 float32 scalars plus the action) and, for replay
+    learners, the buffer (buffer_size transitions of the same size). Computed with `jax.eval_shape` of one env
+    reset: nothing is allocated."""
+    env = envs.make(config.env, 1)
+    _, env_state = jax.eval_shape(env.reset, jax.random.key(0))
+    state_bytes = sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(env_state))
+    obs_bytes = 4 * math.prod(env.spec.observation_shape)
+    step_bytes = 2 * obs_bytes + 4 * (8 + (1 if env.spec.discrete else env.spec.action_dim))
+    per_seed = config.num_envs * (state_bytes + obs_bytes + config.num_steps * step_bytes)
+    per_seed += getattr(config, "buffer_size", 0) * step_bytes
+    return int(seeds * per_seed)
+
+
+def device_memory() -> tuple[int | None, str]:
+    """(bytes, description) of the memory of the default device: the accelerator's `bytes_limit`, or the
+    host's physical memory for the CPU backend (None when unknown)."""
+    device = jax.local_devices()[0]
+    stats = device.memory_stats() or {}
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"]), f"{device.platform}:{device.id}"
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine (CPU)"
+    except (ValueError, OSError, AttributeError):
+        return None, "this machine"
+
+
+def check_memory(config, seeds: int = 1, what: str = "") -> None:
+    """Raises ValueError when `estimate_memory(config, seeds)` exceeds the device's memory (`device_memory`)."""
+    need = estimate_memory(config, seeds)
+    have, where = device_memory()
+    if have is not None and need > have:
+        raise ValueError(
+            f"Config.num_envs: {config.num_envs} environments x {config.num_steps} steps x {seeds} seed(s){what} "
+            f"need at least {need / 2**30:.1f} GiB for the environment states and the rollout alone, more than the "
+            f"{have / 2**30:.1f} GiB of {where}; use fewer environments, steps or seeds."
+        )

@@ -9,17 +9,31 @@ same to a Weights & Biases run (optional: wandb is imported only when the sink i
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import numpy as np
 
 
 class CsvSink:
-    """`metrics.csv`: seed, iteration, env_steps and every metric; flushed after every chunk."""
+    """`metrics.csv`: seed, iteration, env_steps and every metric; flushed after every chunk.
 
-    def __init__(self, path: Path):
-        self.file = open(path, "w", newline="")  # noqa: SIM115 - closed by close()
+    `atomic=True` (a resume rewriting the file from a checkpoint's metrics): the rows go to `path.tmp` until
+    `commit()` renames it over `path`, so an interrupted rewrite leaves the old file whole."""
+
+    def __init__(self, path: Path, atomic: bool = False):
+        self.path = Path(path)
+        self.pending = self.path.with_name(self.path.name + ".tmp") if atomic else None
+        self.file = open(self.pending or self.path, "w", newline="")  # noqa: SIM115 - closed by close()
         self.writer = None
+
+    def commit(self) -> None:
+        """Makes the rows written so far `path` (atomic sinks only; then appends go on to `path`)."""
+        if self.pending is not None:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            os.replace(self.pending, self.path)
+            self.pending = None
 
     def write(self, metrics: dict[str, np.ndarray], first_iteration: int, steps_per_iteration: int, wall_s=None):
         """`wall_s`: [size] seconds since the run started (compile included) at the end of each iteration."""
@@ -39,6 +53,8 @@ class CsvSink:
 
     def close(self):
         self.file.close()
+        if self.pending is not None:  # never committed: the old file stays
+            self.pending.unlink(missing_ok=True)
 
 
 class TensorBoardSink:

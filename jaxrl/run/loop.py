@@ -6,13 +6,23 @@ iteration applied to the same state, only split across calls. Each finished chun
 once (`metrics.csv` is flushed), so an interrupted run keeps every completed iteration. With `eval_every=K`,
 every K-th chunk (and the last) ends with a deterministic evaluation inside the same compiled program
 (`jaxrl.run.compile`); its metrics are NaN except at the last iteration of an evaluated chunk.
+
+A run folder has one owner: `run.lock` (PID and host) while a run is live; a lock whose process is gone (same
+host) is stale and taken over. A new run never writes into a folder that holds a run (config.json,
+metrics.csv, checkpoints/ or summary.json): it refuses with RunDirError. Everything a run is given is
+validated (`validate_run`) before anything is written or compiled; a new run that stops before its first
+chunk finished (Ctrl-C during compilation, a compile error) removes what it wrote.
 """
 
 from __future__ import annotations
 
+import csv
 import datetime
 import json
+import os
+import shutil
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -24,7 +34,7 @@ from tqdm.auto import tqdm
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm, to_dict
 from jaxrl.run import checkpoint, logging
-from jaxrl.run.compile import EVAL_METRICS, chunk_plan, compile_programs, eval_keys, make_init
+from jaxrl.run.compile import EVAL_METRICS, check_memory, chunk_plan, compile_programs, eval_keys, make_init
 from jaxrl.run.report import RunResult, write_summary
 
 
@@ -33,23 +43,103 @@ class Divergence(RuntimeError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during a run: the state after the last completed chunk was checkpointed and the CSV flushed."""
+    """Ctrl-C during a run: the state after the last completed chunk was checkpointed and the CSV flushed.
+    `compiling`: it came before the first chunk ran (a new run's folder was removed again; a resumed run's
+    folder is unchanged)."""
 
-    def __init__(self, iteration: int, run_dir: Path | None):
-        super().__init__(f"interrupted after iteration {iteration}")
-        self.iteration, self.run_dir = iteration, run_dir
+    def __init__(self, iteration: int, run_dir: Path | None, compiling: bool = False):
+        super().__init__(f"interrupted {'during compilation' if compiling else f'after iteration {iteration}'}")
+        self.iteration, self.run_dir, self.compiling = iteration, run_dir, compiling
 
 
-def make_run_dir(root: str | Path, algo_name: str, config) -> Path:
-    """A new folder `root/ALGO-ENV-YYYYmmdd-HHMMSS` (with a -2, -3, ... suffix when it exists)."""
+class RunDirError(ValueError):
+    """A run folder that cannot be used: it holds another run, is in use, or cannot be created or written."""
+
+
+RUN_FILES = ("config.json", "metrics.csv", "checkpoints", "summary.json")
+LOCK = "run.lock"
+
+
+def make_run_dir(root: str | Path, algo_name: str, config, create: bool = True) -> Path:
+    """A new folder `root/ALGO-ENV-YYYYmmdd-HHMMSS` (with a -2, -3, ... suffix when it exists); with
+    `create=False` only its path (`run` creates it once everything is validated)."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(root) / f"{algo_name}-{config.env}-{stamp}"
     suffix = 1
     while path.exists():
         suffix += 1
         path = Path(root) / f"{algo_name}-{config.env}-{stamp}-{suffix}"
-    path.mkdir(parents=True)
+    if create:
+        path.mkdir(parents=True)
     return path
+
+
+def holds_run(run_dir: Path) -> list[str]:
+    """The run files (config.json, metrics.csv, checkpoints, summary.json) that `run_dir` holds."""
+    return [name for name in RUN_FILES if (run_dir / name).exists()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+class RunLock:
+    """`run_dir/run.lock` holding {"pid", "host", "started"} while a run is live. Created atomically (a
+    complete temporary file hard-linked into place, which fails when the lock exists). A lock of a process
+    that no longer runs on this host is stale and replaced; one of another host is refused (delete it by hand
+    when that run is gone)."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK
+        self.held = False
+
+    def acquire(self) -> None:
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        tmp = self.path.with_name(f"{LOCK}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(info))
+        except OSError as error:
+            raise RunDirError(f"run folder {self.path.parent} is not writable: {error.strerror or error}.") from error
+        try:
+            for _ in range(2):
+                try:
+                    os.link(tmp, self.path)
+                    self.held = True
+                    return
+                except FileExistsError:
+                    self._take_over_if_stale()
+            raise RunDirError(f"run folder {self.path.parent}: could not take its lock {self.path}.")
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _take_over_if_stale(self) -> None:
+        try:
+            owner = json.loads(self.path.read_text())
+            pid, host = int(owner["pid"]), str(owner["host"])
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError):
+            pid, host = None, None
+        here = socket.gethostname()
+        if pid is not None and host == here and not _alive(pid):
+            self.path.unlink(missing_ok=True)  # stale: its process is gone
+            return
+        who = f"process {pid} on {host}" if pid is not None else "an unreadable lock"
+        hint = "wait for it to finish, or" if host == here else f"if that run no longer runs, delete {self.path};"
+        raise RunDirError(
+            f"run folder {self.path.parent} is in use by another training ({who}); {hint} or choose another --run-dir."
+        )
+
+    def release(self) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
 
 
 def _first_non_finite(metrics: dict[str, np.ndarray], params) -> str | None:
@@ -92,21 +182,136 @@ class _DeferredInterrupt:
             raise KeyboardInterrupt
 
 
-def _check_arguments(seeds, eval_every, eval_episodes, resume, run_dir) -> None:
-    if seeds < 1:
-        raise ValueError(f"seeds={seeds}: need at least one seed.")
-    if not isinstance(eval_every, int) or eval_every < 0:
-        raise ValueError(f"eval_every={eval_every!r}: a number of chunks, >= 0 (0: no evaluation).")
-    if eval_every and (not isinstance(eval_episodes, int) or eval_episodes < 1):
-        raise ValueError(f"eval_episodes={eval_episodes!r}: need at least one episode per evaluation.")
+def _count(value, name: str, minimum: int, what: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name}={value!r}: {what}.")
+
+
+def validate_run(
+    algo: Algorithm,
+    config,
+    *,
+    seeds: int = 1,
+    seed: int = 0,
+    num_chunks: int = 20,
+    checkpoint_every: int = 5,
+    eval_every: int = 0,
+    eval_episodes: int = 16,
+    resume: bool = False,
+    run_dir=None,
+) -> None:
+    """Everything `run` checks before it writes or compiles anything: `algo.validate(config)`, the runner's
+    own arguments, and the rough memory estimate of the env batch and the rollout (`compile.check_memory`)."""
+    algo.validate(config)
+    _count(seeds, "seeds", 1, "need at least one seed")
+    _count(seed, "seed", 0, "the base random seed is an integer >= 0")
+    _count(num_chunks, "num_chunks", 1, "a number of compiled chunks, >= 1")
+    _count(
+        checkpoint_every, "checkpoint_every", 1, "a number of chunks, >= 1 (a checkpoint is also written at the end)"
+    )
+    _count(eval_every, "eval_every", 0, "a number of chunks, >= 0 (0: no evaluation)")
+    if eval_every:
+        _count(eval_episodes, "eval_episodes", 1, "need at least one episode per evaluation")
     if resume and run_dir is None:
         raise ValueError("resume=True needs the run_dir to resume from.")
+    check_memory(config, seeds)
 
 
-def _open_sinks(run_dir: Path | None, tensorboard: bool, extra: list | None) -> list:
+def _run_info(algo_name, seeds, seed, config, eval_every, eval_episodes) -> dict:
+    info = {"algo": algo_name, "seeds": seeds, "seed": seed, "config": to_dict(config)}
+    if eval_every:  # changes the metrics a checkpoint holds, so a resume must use the same setting
+        info["eval"] = {"every": eval_every, "episodes": eval_episodes}
+    return json.loads(json.dumps(info))  # as config.json holds it (lists for tuples)
+
+
+def _claim_new(run_dir: Path) -> tuple[RunLock, list[Path]]:
+    """Creates (or takes an empty) run folder for a new run and locks it; returns the lock and what was
+    created (removed again if the run stops before its first chunk)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"run folder {run_dir} is a file; choose another --run-dir.")
+    existing = holds_run(run_dir) if run_dir.is_dir() else []
+    if existing:
+        raise RunDirError(_holds_message(run_dir, existing))
+    created = [p for p in [*reversed(run_dir.parents), run_dir] if not p.exists()]
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunDirError(f"cannot create run folder {run_dir}: {error.strerror or error}.") from error
+    lock = RunLock(run_dir)
+    try:
+        lock.acquire()
+        existing = holds_run(run_dir)  # again, under the lock: another run may have started meanwhile
+        if existing:
+            raise RunDirError(_holds_message(run_dir, existing))
+    except BaseException:
+        lock.release()
+        _remove(created, [])
+        raise
+    return lock, created
+
+
+def _holds_message(run_dir: Path, existing: list[str]) -> str:
+    return (
+        f"run folder {run_dir} already holds a run ({', '.join(existing)}); continue it with --resume {run_dir} "
+        "(resume=True) or choose a new --run-dir."
+    )
+
+
+def _claim_resume(run_dir: Path, info: dict) -> RunLock:
+    """Locks the run folder of a resume and checks its config.json against `info` (nothing is written)."""
+    if not (run_dir / "config.json").is_file():
+        raise checkpoint.CheckpointError(f"no checkpoint in {run_dir}: it is not a run folder (no config.json).")
+    lock = RunLock(run_dir)
+    lock.acquire()
+    try:
+        try:
+            saved = json.loads((run_dir / "config.json").read_text())
+        except (OSError, ValueError) as error:
+            raise checkpoint.CheckpointError(f"{run_dir / 'config.json'} cannot be read: {error}") from error
+        changed = checkpoint.differences(saved, info)
+        if changed:
+            raise checkpoint.CheckpointError(
+                f"run folder {run_dir} was written by a different run: {changed}. A resume keeps the run's "
+                "settings; start a new run to change them."
+            )
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _previous_wall(run_dir: Path | None, done: int) -> list[float]:
+    """The wall_s of iterations 0 .. done-1 as the run's metrics.csv recorded them (NaN where it does not)."""
+    wall = [float("nan")] * done
+    try:
+        with open(run_dir / "metrics.csv", newline="") as file:
+            for row in csv.DictReader(file):
+                i = int(row["iteration"])
+                if row["seed"] == "0" and 0 <= i < done:
+                    wall[i] = float(row["wall_s"])
+    except (OSError, KeyError, ValueError, TypeError):
+        pass
+    return wall
+
+
+def _remove(created: list[Path], files: list[Path]) -> None:
+    """Removes the `files` a new run wrote and the folders it `created` (deepest first, only when empty)."""
+    for path in files:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    for folder in reversed(created):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
+def _open_sinks(run_dir: Path | None, tensorboard: bool, extra: list | None, rewrite: bool = False) -> list:
     sinks = []
     if run_dir is not None:
-        sinks.append(logging.CsvSink(run_dir / "metrics.csv"))
+        sinks.append(logging.CsvSink(run_dir / "metrics.csv", atomic=rewrite))
         if tensorboard:
             sinks.append(logging.TensorBoardSink(run_dir / "tensorboard"))
     return sinks + list(extra or [])
@@ -159,108 +364,149 @@ def run(
     every K-th chunk and after the last one, inside the compiled chunk. `name`: the algorithm's name in
     config.json and the progress bar (default: its registered name, `base.name_of(algo)`).
     """
-    algo.validate(config)
-    _check_arguments(seeds, eval_every, eval_episodes, resume, run_dir)
+    validate_run(
+        algo,
+        config,
+        seeds=seeds,
+        seed=seed,
+        num_chunks=num_chunks,
+        checkpoint_every=checkpoint_every,
+        eval_every=eval_every,
+        eval_episodes=eval_episodes,
+        resume=resume,
+        run_dir=run_dir,
+    )
     algo_name = base.name_of(algo) if name is None else name
     keys = jax.random.split(jax.random.key(seed), seeds)
-    steps_per_iteration = config.env_steps_per_iteration
-    info = {"algo": algo_name, "seeds": seeds, "seed": seed, "config": to_dict(config)}
-    if eval_every:  # changes the metrics a checkpoint holds, so a resume must use the same setting
-        info["eval"] = {"every": eval_every, "episodes": eval_episodes}
-    checkpoints = None
+    info = _run_info(algo_name, seeds, seed, config, eval_every, eval_episodes)
+    checkpoints, lock, created, written = None, None, [], []
     if run_dir is not None:
         run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
         checkpoints = run_dir / "checkpoints"
-        (run_dir / "config.json").write_text(json.dumps(info, indent=2))
+        if resume:
+            lock = _claim_resume(run_dir, info)
+        else:
+            lock, created = _claim_new(run_dir)
+            written = [run_dir / name for name in ("config.json", "metrics.csv", "tensorboard")]
 
-    start = time.perf_counter()
-    init = make_init(algo, config)
-    abstract_state = jax.eval_shape(init, keys)
-    done, history = 0, []
-    if resume:
-        done, state, restored = checkpoint.restore(checkpoints, abstract_state, json.loads(json.dumps(info)))
-        history = [restored]
-    plan = chunk_plan(config.num_iterations - done, num_chunks, eval_every)
-    keys_eval = eval_keys(seed, seeds)
-    initial, compiled = compile_programs(
-        algo, config, None if resume else init, keys, abstract_state, plan, eval_episodes, keys_eval
-    )
-    if not resume:
-        state = initial
-    compile_s = time.perf_counter() - start
+    def discard() -> None:
+        """A new run that stops before its first chunk finished removes what it wrote (nothing to keep)."""
+        if lock is not None and written:
+            lock.release()
+            _remove(created, written)
 
-    wall = [float("nan")] * done  # wall time of iterations run before a resume is unknown
-    sinks = _open_sinks(run_dir, tensorboard, sinks)
-    for sink in sinks if history else []:  # a resume rewrites the logs from the checkpoint's metrics
-        sink.write(history[0], 0, steps_per_iteration)
-    bar = tqdm(
-        total=config.num_iterations * steps_per_iteration * seeds,
-        initial=done * steps_per_iteration * seeds,
-        unit="step",
-        unit_scale=True,
-        disable=not progress,
-        desc=f"{algo_name} {config.env} x{seeds}",
-    )
-
-    saved = [done if resume else None]
-
-    def save():
-        if checkpoints is not None and history and saved[0] != done:
-            merged = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
-            checkpoint.save(checkpoints, done, state, merged, info)
-            saved[0] = done
-
-    run_start = time.perf_counter()
-    stop = _DeferredInterrupt()
     try:
-        stop.install()
-        for index, (size, evaluated) in enumerate(plan):
-            chunk_start = time.perf_counter()
-            if evaluated:
-                new_state, metrics, scores = compiled[size, True](state, keys_eval, np.int32(done + size))
-            else:
-                (new_state, metrics), scores = compiled[size, False](state), None
-            metrics = jax.tree.map(np.asarray, metrics)  # blocks until the chunk is finished
-            if eval_every:
-                metrics = _with_eval_columns(metrics, scores, seeds, size)
-            problem = _first_non_finite(metrics, getattr(new_state, "params", None))
-            if problem is not None:
-                raise Divergence(
-                    f"{algo_name} on {config.env} diverged in iterations {done}-{done + size - 1}: {problem}. "
-                    f"Config: {to_dict(config)}. "
-                    + (
-                        f"The last checkpoint (iteration {saved[0]}) in {checkpoints} is kept."
-                        if saved[0] is not None
-                        else "No checkpoint was written before it."
+        steps_per_iteration = config.env_steps_per_iteration
+        start = time.perf_counter()
+        try:
+            if written:
+                (run_dir / "config.json").write_text(json.dumps(info, indent=2))
+            init = make_init(algo, config)
+            abstract_state = jax.eval_shape(init, keys)
+            done, history = 0, []
+            if resume:
+                done, state, restored = checkpoint.restore(checkpoints, abstract_state, info)
+                history = [restored]
+            plan = chunk_plan(config.num_iterations - done, num_chunks, eval_every)
+            keys_eval = eval_keys(seed, seeds)
+            initial, compiled = compile_programs(
+                algo, config, None if resume else init, keys, abstract_state, plan, eval_episodes, keys_eval
+            )
+        except KeyboardInterrupt as error:
+            discard()
+            raise Interrupted(0, run_dir, compiling=True) from error
+        except BaseException:
+            discard()
+            raise
+        if not resume:
+            state = initial
+        compile_s = time.perf_counter() - start
+        done_before = done
+
+        wall = _previous_wall(run_dir, done) if resume else []  # NaN where metrics.csv lacks them
+        sinks = _open_sinks(run_dir, tensorboard, sinks, rewrite=bool(history))
+        for sink in sinks if history else []:  # a resume rewrites the logs from the checkpoint's metrics
+            sink.write(history[0], 0, steps_per_iteration, np.asarray(wall))
+            getattr(sink, "commit", lambda: None)()  # metrics.csv: written aside, then renamed over the old one
+        bar = tqdm(
+            total=config.num_iterations * steps_per_iteration * seeds,
+            initial=done * steps_per_iteration * seeds,
+            unit="step",
+            unit_scale=True,
+            disable=not progress,
+            desc=f"{algo_name} {config.env} x{seeds}",
+        )
+
+        saved = [done if resume else None]
+
+        def save():
+            if checkpoints is not None and history and saved[0] != done:
+                merged = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
+                checkpoint.save(checkpoints, done, state, merged, info)
+                saved[0] = done
+
+        run_start = time.perf_counter()
+        stop = _DeferredInterrupt()
+        try:
+            stop.install()
+            for index, (size, evaluated) in enumerate(plan):
+                chunk_start = time.perf_counter()
+                if evaluated:
+                    new_state, metrics, scores = compiled[size, True](state, keys_eval, np.int32(done + size))
+                else:
+                    (new_state, metrics), scores = compiled[size, False](state), None
+                metrics = jax.tree.map(np.asarray, metrics)  # blocks until the chunk is finished
+                if eval_every:
+                    metrics = _with_eval_columns(metrics, scores, seeds, size)
+                problem = _first_non_finite(metrics, getattr(new_state, "params", None))
+                if problem is not None:
+                    raise Divergence(
+                        f"{algo_name} on {config.env} diverged in iterations {done}-{done + size - 1}: {problem}. "
+                        f"Config: {to_dict(config)}. "
+                        + (
+                            f"The last checkpoint (iteration {saved[0]}) in {checkpoints} is kept."
+                            if saved[0] is not None
+                            else "No checkpoint was written before it."
+                        )
                     )
-                )
-            history.append(metrics)
-            state, done = new_state, done + size
-            now = time.perf_counter()
-            chunk_wall = compile_s + chunk_start - run_start + (now - chunk_start) * (np.arange(size) + 1) / size
-            wall.extend(chunk_wall)
+                history.append(metrics)
+                state, done = new_state, done + size
+                now = time.perf_counter()
+                chunk_wall = compile_s + chunk_start - run_start + (now - chunk_start) * (np.arange(size) + 1) / size
+                wall.extend(chunk_wall)
+                for sink in sinks:
+                    sink.write(metrics, done - size, steps_per_iteration, chunk_wall)
+                bar.update(size * steps_per_iteration * seeds)
+                postfix = {"ret": _nanmean_text(metrics["episode_return"][:, -1])}
+                if scores is not None:
+                    postfix["eval"] = _nanmean_text(metrics["eval_return"][:, -1])
+                bar.set_postfix(postfix)
+                if (index + 1) % checkpoint_every == 0 or index == len(plan) - 1:
+                    save()
+                stop.raise_if_requested()
+        except Divergence:
+            if done == done_before and not resume:
+                discard()  # nothing of a new run survived its first chunk; the message tells what happened
+            raise
+        except KeyboardInterrupt as error:
+            save()
+            if done == done_before and not resume:
+                discard()  # a new run stopped before its first chunk finished: nothing to keep
+                raise Interrupted(done, run_dir, compiling=True) from error
+            raise Interrupted(done, run_dir) from error
+        finally:
+            stop.uninstall()
+            bar.close()
             for sink in sinks:
-                sink.write(metrics, done - size, steps_per_iteration, chunk_wall)
-            bar.update(size * steps_per_iteration * seeds)
-            postfix = {"ret": _nanmean_text(metrics["episode_return"][:, -1])}
-            if scores is not None:
-                postfix["eval"] = _nanmean_text(metrics["eval_return"][:, -1])
-            bar.set_postfix(postfix)
-            if (index + 1) % checkpoint_every == 0 or index == len(plan) - 1:
-                save()
-            stop.raise_if_requested()
-    except KeyboardInterrupt as error:
-        save()
-        raise Interrupted(done, run_dir) from error
+                sink.close()
+        run_s = time.perf_counter() - run_start
+        metrics = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
+        env_steps = (np.arange(config.num_iterations) + 1) * steps_per_iteration
+        result = RunResult(
+            config, state, metrics, env_steps, np.asarray(wall), compile_s, run_s, run_dir, done - done_before
+        )
+        write_summary(result, target_return)
+        return result
     finally:
-        stop.uninstall()
-        bar.close()
-        for sink in sinks:
-            sink.close()
-    run_s = time.perf_counter() - run_start
-    metrics = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
-    env_steps = (np.arange(config.num_iterations) + 1) * steps_per_iteration
-    result = RunResult(config, state, metrics, env_steps, np.asarray(wall), compile_s, run_s, run_dir)
-    write_summary(result, target_return)
-    return result
+        if lock is not None:
+            lock.release()

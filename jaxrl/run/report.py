@@ -43,12 +43,17 @@ class RunResult:
     compile_s: float
     run_s: float
     run_dir: Path | None
+    iterations_run: int | None = None  # iterations this call trained (a resume: those after the checkpoint)
 
     @property
     def steps_per_second(self) -> float:
-        """Aggregate env steps per second over all seeds, compile time excluded."""
+        """Aggregate env steps per second over all seeds of the iterations this call ran, compile time
+        excluded; NaN when it ran none (a resumed run that had finished)."""
         seeds = next(iter(self.metrics.values())).shape[0]
-        return float(self.env_steps[-1] * seeds / self.run_s)
+        iterations = len(self.env_steps) if self.iterations_run is None else self.iterations_run
+        if iterations == 0 or self.run_s <= 0:
+            return float("nan")
+        return float(self.env_steps[0] * iterations * seeds / self.run_s)
 
     def final_returns(self, fraction: float = FINAL_FRACTION) -> np.ndarray:
         """[seeds] the final return of each seed (`final_return`: the last 10% of iterations)."""
@@ -86,8 +91,10 @@ def summary(result: RunResult, target_return: float | None = None) -> dict[str, 
         "final_return_std": std,
         "compile_s": round(result.compile_s, 3),
         "run_s": round(result.run_s, 3),
-        "steps_per_second": round(result.steps_per_second),
+        "steps_per_second": None if np.isnan(result.steps_per_second) else round(result.steps_per_second),
     }
+    if result.iterations_run is not None:
+        out["iterations_run"] = int(result.iterations_run)
     if "eval_return" in result.metrics:
         ran = np.flatnonzero(np.isfinite(result.metrics["eval_finished"]).any(0))
         if ran.size:
@@ -130,7 +137,9 @@ def format_summary(info: dict[str, Any]) -> str:
         ]
     lines += [
         f"compile             {info['compile_s']:.2f} s",
-        f"run                 {info['run_s']:.2f} s  ({info['steps_per_second']:,} env steps/s, all seeds)",
+        f"run                 {info['run_s']:.2f} s  ({info['steps_per_second']:,} env steps/s, all seeds)"
+        if info.get("steps_per_second") is not None
+        else "run                 no iterations left to train (the run had finished)",
     ]
     if "target_return" in info:
         secs = info["seconds_to_target_per_seed"]

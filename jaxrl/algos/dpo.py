@@ -1,0 +1,172 @@
+"""Direct Preference Optimization for control (Rafailov et al. 2023, "Direct Preference Optimization: Your
+Language Model is Secretly a Reward Model", arXiv 2305.18290) on GRPO's grouped rollouts: no critic and no
+learned reward model; preferences come from the returns of rollouts that share a start.
+
+One iteration:
+1. A grouped rollout (`actor_critic.collect_groups`, as GRPO's): M starts (`group_mode="start"`: fresh resets;
+   `"branch"`: states along M trunk rollouts), each copied G times; every member runs `num_steps` steps with its
+   own keys and only its first episode is kept (the first-episode mask).
+2. Pairs: x is a group's shared start, y a member's trajectory. `estimators.preference_pairs` ranks a group's
+   members by their (undiscounted, first-episode) returns: best vs worst (`pairs="best_worst"`, one pair per
+   group) or every pair of distinct members (`pairs="all"`); a pair counts when R_w - R_l > `margin`, so ties
+   give no pair, and pairs never cross groups.
+3. log pi(y|x) = sum over the member's valid steps of log pi(a_t|s_t) (the start distribution and the dynamics
+   cancel in the DPO ratio). The reference pi_ref (`reference`) is
+   - "behaviour": the policy that collected the groups (the learner at the start of the iteration); its
+     log-probabilities are the ones stored at collection time, with no extra forward pass;
+   - "initial": the initial policy, its log-probabilities computed with the stored initial parameters;
+   - "moving": a copy of the learner refreshed every `ref_update_interval` iterations (computed likewise).
+4. `update_epochs` full-batch Adam steps on the mean over valid pairs of `losses.dpo_loss`,
+   -log sigmoid(beta (log pi(y_w) - log pi_ref(y_w) - log pi(y_l) + log pi_ref(y_l))), minus an optional
+   entropy bonus. `beta` is a `hyper` field: vmappable in sweeps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jaxrl import estimators, losses
+from jaxrl.algos import actor_critic as ac
+from jaxrl.algos.actor_critic import GROUP_MODES, behaviour, make_network, policy_of
+from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, static, train  # noqa: F401
+from jaxrl.networks import ActorCritic
+from jaxrl.rollout import EnvCarry
+
+REFERENCES = ("behaviour", "initial", "moving")
+
+
+@struct.dataclass
+class Config(ac.GroupConfig):
+    pairs: str = static("best_worst", "preference pairs per group: best_worst (one) or all (every ranked pair)")
+    reference: str = static("moving", "reference policy: behaviour (stored log-probs), initial or moving")
+    ref_update_interval: int = static(10, "iterations between refreshes of a moving reference")
+    total_timesteps: int = static(500_000, "environment steps of the whole run (all members, masked steps too)")
+    update_epochs: int = static(8, "full-batch gradient steps on each iteration's pairs")
+    hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the policy MLP")
+    activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
+    optimizer: str = static("adam", "optimiser after global-norm clipping: adam, rmsprop or radam")
+    anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
+    learning_rate: float = hyper(3e-3, "learning rate")
+    beta: float = hyper(0.2, "DPO temperature: the scale of the implicit reward beta log pi / pi_ref")
+    margin: float = hyper(0.0, "a pair needs R_w - R_l > margin (ties never make a pair)")
+    ent_coef: float = hyper(0.0, "entropy bonus coefficient")
+    max_grad_norm: float = hyper(0.5, "global gradient-norm clipping threshold")
+
+    @property
+    def updates_per_iteration(self) -> int:
+        """Gradient steps per iteration: update_epochs."""
+        return self.update_epochs
+
+
+@struct.dataclass
+class TrainState:
+    params: Any
+    opt_state: optax.OptState
+    ref_params: Any  # the reference policy's parameters (None when it is the behaviour policy)
+    trunk: EnvCarry | None  # branch mode: the M ordinary rollouts groups branch from, leaves [M, 1, ...]
+    key: jax.Array
+    iteration: jax.Array
+
+
+def validate(config: Config) -> None:
+    """Raises a ValueError naming the field and the fix for a config that cannot run."""
+    check_int(config, "horizon", 0)  # first: num_steps, and so every count below, depends on it
+    positive = ("num_groups", "group_size", "update_epochs", "ref_update_interval")
+    ac.validate(config, positive, minibatches=None)  # full-batch steps: no minibatches
+    check(config.group_size >= 2, "group_size", f"got {config.group_size}; a group needs at least 2 members.")
+    check_choice(config, "group_mode", GROUP_MODES)
+    check_choice(config, "pairs", estimators.PAIR_MODES)
+    check_choice(config, "reference", REFERENCES)
+    check_range(config, "beta", 0.0, low_open=True)
+    check_range(config, "margin", 0.0)
+
+
+make_env = ac.make_group_env  # one environment: members are vmapped 1-env rollouts
+
+
+evaluation_policy = ac.group_evaluation_policy
+
+
+def init(config: Config, key: jax.Array) -> TrainState:
+    key, params, opt_state, trunk = ac.init_group_actor(config, key)
+    ref_params = None if config.reference == "behaviour" else params
+    return TrainState(params, opt_state, ref_params, trunk, key, jnp.zeros((), jnp.int32))
+
+
+def sequence_log_probs(log_prob: jax.Array, mask: jax.Array) -> jax.Array:
+    """log pi(y) [N] of each member's trajectory: its per-step log-probabilities [T, N] summed over valid steps."""
+    return jnp.where(mask, log_prob, 0.0).sum(0)
+
+
+def loss_fn(params, network: ActorCritic, config: Config, batch: dict[str, jax.Array]):
+    """Mean over valid pairs of `losses.dpo_loss` - ent_coef * the masked mean entropy, and its statistics."""
+    dist = policy_of(network, params)(batch["obs"])
+    log_pi = sequence_log_probs(dist.log_prob(batch["actions"]), batch["mask"])
+    ref, win, lose, valid = batch["ref_log_probs"], batch["winners"], batch["losers"], batch["valid"]
+    pair_loss, h = losses.dpo_loss(log_pi[win], ref[win], log_pi[lose], ref[lose], config.beta)
+    dpo = losses.masked_mean(pair_loss, valid)
+    entropy = losses.masked_mean(dist.entropy(), batch["mask"])
+    stats = {
+        "dpo_loss": dpo,
+        "reward_accuracy": losses.masked_mean((h > 0).astype(jnp.float32), valid),  # implicit reward ranks right
+        "reward_margin": losses.masked_mean(h, valid),
+        "log_ratio": losses.masked_mean(log_pi - ref, batch["mask"].any(0)),  # mean log pi(y) / pi_ref(y)
+        "entropy": entropy,
+    }
+    return dpo - config.ent_coef * entropy, stats
+
+
+def pairs_batch(config: Config, obs, actions, rewards, mask, ref_log_prob) -> dict[str, jax.Array]:
+    """What `loss_fn` reads of one iteration's groups ([T, N, ...] leaves): the steps, their first-episode mask,
+    each member's reference log pi_ref(y) [N] and the preference pairs of `estimators.preference_pairs` ranked by
+    the members' first-episode returns."""
+    returns = jnp.where(mask, rewards, 0.0).sum(0)  # [N]
+    winners, losers, valid = estimators.preference_pairs(returns, config.group_size, config.pairs, config.margin)
+    return {
+        "obs": obs,
+        "actions": actions,
+        "mask": mask,
+        "ref_log_probs": jax.lax.stop_gradient(sequence_log_probs(ref_log_prob, mask)),
+        "winners": winners,
+        "losers": losers,
+        "valid": valid,
+    }
+
+
+def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Array):
+    """One iteration's groups (`actor_critic.collect_groups`) and their pairs: (batch, new trunk, metrics)."""
+    traj, mask, trunk, metrics = ac.collect_groups(config, behaviour(network, state.params)[0], state.trunk, key)
+    if config.reference == "behaviour":
+        ref_log_prob = traj.log_probs  # stored at collection time by the policy at state.params
+    else:
+        ref_log_prob = policy_of(network, state.ref_params)(traj.obs).log_prob(traj.actions)
+    batch = pairs_batch(config, traj.obs, traj.actions, traj.rewards, mask, ref_log_prob)
+    return batch, trunk, {**metrics, "pair_fraction": batch["valid"].mean()}
+
+
+def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One iteration: grouped rollout, preference pairs, `update_epochs` full-batch DPO steps."""
+    network = make_network(config, make_env(config).spec)
+    key, collect_key = jax.random.split(state.key)
+    batch, trunk, metrics = collect(config, state, network, collect_key)
+    optimizer = ac.make_optimizer(config)
+    grad_fn = jax.grad(lambda p: loss_fn(p, network, config, batch), has_aux=True)
+
+    def step(carry, _):
+        params, opt_state = carry
+        grads, stats = grad_fn(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), stats
+
+    (params, opt_state), stats = jax.lax.scan(step, (state.params, state.opt_state), None, config.update_epochs)
+    ref_params = state.ref_params
+    if config.reference == "moving":
+        refresh = (state.iteration + 1) % config.ref_update_interval == 0
+        ref_params = jax.tree.map(lambda new, old: jnp.where(refresh, new, old), params, ref_params)
+    metrics = {**metrics, **jax.tree.map(jnp.mean, stats)}
+    return TrainState(params, opt_state, ref_params, trunk, key, state.iteration + 1), metrics
