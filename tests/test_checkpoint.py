@@ -63,6 +63,7 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, uninterrupted):
     assert without_wall(csv_rows(tmp_path)) == without_wall(csv_rows(uninterrupted.run_dir))
 
 
+@pytest.mark.slow
 def test_mismatched_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
     other = dataclasses.replace(CONFIG, learning_rate=1e-4)
     with pytest.raises(checkpoint.CheckpointError, match="learning_rate"):
@@ -85,6 +86,7 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
     assert checkpoint.latest_iteration(tmp_path / "run" / "checkpoints") < int(latest.name)
 
 
+@pytest.mark.slow
 def test_divergence_stops_at_the_chunk_boundary(tmp_path):
     def update(config, state):
         state, metrics = ppo.update(config, state)

@@ -188,8 +188,10 @@ def test_registered_as_dpo():
     "config",
     [
         TINY,
-        dataclasses.replace(TINY, group_mode="branch", pairs="all", reference="initial"),
-        dataclasses.replace(TINY, env="Pendulum-v1", reference="behaviour"),
+        pytest.param(
+            dataclasses.replace(TINY, group_mode="branch", pairs="all", reference="initial"), marks=pytest.mark.slow
+        ),
+        pytest.param(dataclasses.replace(TINY, env="Pendulum-v1", reference="behaviour"), marks=pytest.mark.slow),
     ],
     ids=["start", "branch-all-initial", "pendulum"],
 )
@@ -207,6 +209,7 @@ def test_vmap_over_seeds_equals_separate_runs(config):
     assert "critic" not in state.params["params"]  # critic-free
 
 
+@pytest.mark.slow
 def test_moving_reference_is_refreshed_every_interval():
     config = dataclasses.replace(TINY, ref_update_interval=3, total_timesteps=TINY.env_steps_per_iteration * 3)
     state = dpo.init(config, jax.random.key(0))

@@ -310,6 +310,7 @@ def test_lock_is_exclusive_while_held(tmp_path):
     second.release()
 
 
+@pytest.mark.slow
 def test_exact_resume_after_ctrl_c(finished, tmp_path, monkeypatch):
     """Already worked, stays: Ctrl-C after chunk 2 saves; the resume equals the uninterrupted run bit for bit
     (state, metrics, metrics.csv)."""
@@ -345,6 +346,7 @@ def _rows(run: Path) -> list[dict]:
         return [{k: v for k, v in row.items() if k != "wall_s"} for row in csv.DictReader(f)]
 
 
+@pytest.mark.slow
 def test_determinism_across_chunkings(finished):
     """Already worked, stays: the same (config, seed) gives the same numbers in one chunk as in three."""
     one = loop.run(ppo, CONFIG, num_chunks=1, progress=False)

@@ -157,6 +157,7 @@ def test_replay_trains_on_past_groups_with_truncated_weights():
     assert int(np.asarray(state.buffer.current_index)) == 4 % 2 and bool(state.buffer.is_full)
 
 
+@pytest.mark.slow
 def test_kl_reference_initial_stays_and_moving_moves_at_its_interval():
     initial = dataclasses.replace(TINY, kl_reference="initial", total_timesteps=2 * 4 * 16 * 4)
     start = grpo.init(initial, jax.random.key(0))
@@ -174,6 +175,7 @@ def test_kl_reference_initial_stays_and_moving_moves_at_its_interval():
     assert_trees_close(two.ref_params, two.params)  # a snapshot after iteration 2
 
 
+@pytest.mark.slow
 def test_branch_mode_continues_the_trunk_and_pendulum_runs():
     branch = dataclasses.replace(TINY, group_mode="branch", supervision="process")
     state, metrics = jax.jit(grpo.make_train(branch))(jax.random.key(0))
@@ -184,6 +186,7 @@ def test_branch_mode_continues_the_trunk_and_pendulum_runs():
     assert np.all(np.isfinite(metrics["policy_loss"])) and np.all(metrics["episode_return"] < 0)
 
 
+@pytest.mark.slow
 def test_image_observations_run():
     """MinAtar's [10, 10, C] observations: the critic-free rollout's zero values are one per env step."""
     minatar = dataclasses.replace(TINY, env="Breakout-MinAtar")

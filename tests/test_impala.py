@@ -71,6 +71,7 @@ def test_vmap_over_seeds_equals_separate_runs(runs):
         assert_trees_close(index(batched, i), run, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_without_lag_the_targets_are_lambda_returns():
     config = dataclasses.replace(TINY, behaviour_lag=0, vtrace_lambda=0.9)
     state = impala.init(config, jax.random.key(3))
@@ -85,6 +86,7 @@ def test_without_lag_the_targets_are_lambda_returns():
     np.testing.assert_allclose(np.exp(batch["log_rho"]), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_q_critic_with_lambda_0_targets_expected_sarsa_on_the_learners_policy():
     config = dataclasses.replace(TINY, critic="q", behaviour_lag=0, vtrace_lambda=0.0)
     state = impala.init(config, jax.random.key(3))

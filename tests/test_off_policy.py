@@ -55,7 +55,8 @@ def compile_train(name):
         return single.result(), batched.result(), stacked
 
 
-@pytest.fixture(scope="module", params=list(ALGOS))
+# the quick tier trains SAC here; DDPG and TD3 (sharing the family step) run in the full suite
+@pytest.fixture(scope="module", params=[pytest.param(n, marks=[] if n == "sac" else pytest.mark.slow) for n in ALGOS])
 def algo(request):
     """(name, compiled single-run train, separate runs [(state, metrics)], the same runs as one vmapped call)."""
     name = request.param

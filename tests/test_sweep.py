@@ -113,6 +113,7 @@ def test_grid_points_and_stacked_configs():
     assert g.config(3) == CONFIG.replace(learning_rate=5e-3, clip_eps=0.3)
 
 
+@pytest.mark.slow
 def test_grid_equals_separate_runs(results, single):
     """Config c, seed j of the sweep == jit(ppo.train)(config_c, split(key(SEED), SEEDS)[j]) for every c:
     the documented keys, the same for every config (common random numbers)."""
@@ -218,6 +219,7 @@ def test_use_cpu_cores_after_initialisation():
     assert os.environ.get("XLA_FLAGS") == before and len(jax.devices()) == have
 
 
+@pytest.mark.slow
 def test_use_cpu_cores_reset_in_fresh_process():
     script = textwrap.dedent(
         """

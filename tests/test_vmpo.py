@@ -158,6 +158,7 @@ def m_steps(config, steps: int):
 FIXED = dict(num_envs=8, num_steps=32, total_timesteps=8 * 32, anneal_lr=False, hidden_sizes=(32, 32))
 
 
+@pytest.mark.slow
 def test_categorical_kl_stays_at_epsilon_alpha_over_many_m_steps():
     """600 M-steps on one batch: the weighted likelihood keeps pulling pi towards the top half; the learned alpha
     holds the mean KL(pi_old || pi) at eps_alpha (measured 0.01003, max 0.0107 over the last 100 steps), where the
@@ -170,6 +171,7 @@ def test_categorical_kl_stays_at_epsilon_alpha_over_many_m_steps():
     assert loose.mean() > 5.0 * config.epsilon_alpha, loose.mean()
 
 
+@pytest.mark.slow
 def test_gaussian_mean_and_covariance_kls_are_bounded_separately():
     """Each of the decoupled constraints, with its own multiplier, holds its KL at its own bound while the other is
     loose (measured: KL_mu 0.0100 at eps_mu 0.01; KL_Sigma 0.00102 at eps_Sigma 1e-3; loose: 0.18 and 0.06)."""
@@ -230,6 +232,7 @@ def test_state_duals_and_metrics_shapes(env):
     assert act(normalize(obs), jax.random.key(0)).shape[0] == 3
 
 
+@pytest.mark.slow
 def test_vmap_over_keys_equals_separate_runs():
     keys = jax.random.split(jax.random.key(3), 2)
     train = vmpo.make_train(TINY)
