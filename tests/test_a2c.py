@@ -45,6 +45,7 @@ def test_bad_config_raises_naming_the_field(overrides, field):
         a2c.make_train(dataclasses.replace(a2c.Config(), **overrides))
 
 
+@pytest.mark.slow
 def test_ppo_surrogate_gradient_at_ratio_one_is_the_importance_weighted_policy_gradient():
     """At pi = mu the clipped surrogate is unclipped and its gradient -A grad rho = -rho A grad log pi equals the
     importance-weighted policy gradient's, and (rho = 1) the score-function gradient -A grad log pi."""

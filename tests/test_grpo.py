@@ -84,6 +84,7 @@ def test_group_members_share_their_start_and_then_diverge(policy):
     assert all(not np.allclose(later[m, 0], later[m, 1]) for m in range(3))  # own keys: members diverge
 
 
+@pytest.mark.slow
 def test_branch_copies_given_the_parents_keys_reproduce_the_parent(policy):
     env, network, params = policy
     act = grpo.behaviour(network, params)[0]
@@ -149,6 +150,7 @@ def test_off_policy_gradient_equals_on_policy_when_behaviour_is_the_target(polic
     assert not np.allclose(jax.tree.leaves(stale)[0], jax.tree.leaves(on_policy)[0])
 
 
+@pytest.mark.slow
 def test_replay_trains_on_past_groups_with_truncated_weights():
     config = dataclasses.replace(TINY, replay_ratio=2, replay_capacity=2, rho_bar=0.9, total_timesteps=2 * 4 * 16 * 4)
     state, metrics = jax.jit(grpo.make_train(config))(jax.random.key(0))

@@ -51,6 +51,7 @@ def test_chunked_run_equals_one_train_call(chunked):
     assert saved["config"]["num_envs"] == 4 and saved["seeds"] == 2
 
 
+@pytest.mark.slow
 def test_evaluation_in_chunks_is_logged_and_changes_no_training_number(chunked, tmp_path):
     """eval_every=2 over chunks of 3, 3, 1 iterations: evaluations after iterations 6 (2nd chunk) and 7 (the
     last), inside the compiled chunks, on their own keys: every training metric and the final state are
