@@ -106,3 +106,15 @@ def test_ppo_learns_cartpole():
     final = np.nanmean(np.asarray(metrics["episode_return"])[:, -5:], axis=1)
     assert (best >= 475).sum() >= 3, best
     assert (final >= 400).sum() >= 3, final
+
+
+def test_cnn_torso_on_minatar_runs_and_refuses_vector_observations():
+    """torso="cnn": PPO's actor and critic read Breakout-MinAtar's [10, 10, 4] images through the MinAtar network;
+    an image torso on CartPole's vector observations is refused before compiling, naming the field."""
+    config = ppo.Config(env="Breakout-MinAtar", torso="cnn", num_envs=4, num_steps=8, total_timesteps=64)
+    state, metrics = jax.jit(ppo.make_train(config))(jax.random.key(0))
+    assert state.params["params"]["actor"]["Conv_0"]["kernel"].shape == (3, 3, 4, 16)
+    assert state.params["params"]["critic"]["Conv_0"]["kernel"].shape == (3, 3, 4, 16)
+    assert metrics["value_loss"].shape == (2,) and np.isfinite(metrics["value_loss"]).all()
+    with pytest.raises(ValueError, match="Config.torso.*image observations"):
+        ppo.make_train(ppo.Config(torso="cnn"))

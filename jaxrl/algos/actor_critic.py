@@ -6,8 +6,9 @@
   and `num_steps` are derived properties of `GroupConfig`, which subclasses `base.Config` directly; the
   functions here read only the fields they name.
 - `validate`: the checks the family shares, and one valid range per field wherever a Config has that field.
-- The env, the network (`ActorCritic` on an `MLPTorso`), the rollout's behaviour policy, the evaluation policy,
-  the optimiser (`optim.clipped_optimizer` at `optim.learning_rate_schedule`, per iteration) and `init`.
+- The env, the network (`ActorCritic` on the torso `Config.torso` names), the rollout's behaviour policy, the
+  evaluation policy, the optimiser (`optim.clipped_optimizer` at `optim.learning_rate_schedule`, per iteration)
+  and `init`.
 - The masked actor-critic loss (the importance-weighted policy gradient, an entropy bonus and a value
   regression over a validity mask) and its minibatch step (A2C, REINFORCE), masked advantage normalisation
   and the exact KL between two parameter sets.
@@ -28,9 +29,9 @@ from flax import struct
 
 from jaxrl import envs, estimators, lag, losses, optim
 from jaxrl.algos import base
-from jaxrl.algos.base import check_choice, check_common, check_divides, check_range, hyper, static
+from jaxrl.algos.base import check_choice, check_common, check_divides, check_range, check_torso, hyper, static
 from jaxrl.minibatch import minibatch_epochs
-from jaxrl.networks import ActorCritic, MLPTorso
+from jaxrl.networks import ActorCritic, make_torso
 from jaxrl.rollout import (
     EnvCarry,
     episode_metrics,
@@ -53,6 +54,7 @@ class Config(base.Config):
 
     num_envs: int = static(16, "parallel environments")
     num_steps: int = static(64, "rollout length T per iteration, per environment")
+    torso: str = static("mlp", "observation encoder: mlp, or cnn / cnn_large for image observations [H, W, C]")
     hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the actor and of the critic MLP")
     activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
     optimizer: str = static("adam", "optimiser after global-norm clipping: adam, rmsprop or radam")
@@ -100,6 +102,7 @@ def validate(
     if minibatches is not None:
         check_divides(config, minibatches, what=what)
     check_choice(config, "optimizer", optim.OPTIMIZERS)
+    check_torso(config, envs.make(config.env, 1).spec.observation_shape)
     for field, (low, high, low_open) in RANGES.items():
         if hasattr(config, field):
             check_range(config, field, low, high, low_open)
@@ -109,8 +112,9 @@ def make_env(config: Config):
     return envs.make(config.env, config.num_envs, normalize_observations=config.normalize_observations)
 
 
-def torso(config, spec: envs.EnvSpec) -> MLPTorso:
-    return MLPTorso(config.hidden_sizes, config.activation, False, len(spec.observation_shape))
+def torso(config, spec: envs.EnvSpec):
+    """The encoder `config.torso` names (`networks.make_torso`): the MLP, or a CNN for image observations."""
+    return make_torso(config.torso, config.hidden_sizes, config.activation, False, spec.observation_shape)
 
 
 def make_network(config, spec: envs.EnvSpec) -> ActorCritic:
@@ -292,6 +296,7 @@ class GroupConfig(base.Config):
     group_size: int = static(8, "members G per group (rollouts sharing a start)")
     group_mode: str = static("start", "start: groups start from fresh resets; branch: from states along rollouts")
     horizon: int = static(0, "steps each member runs; 0 = the env's time limit (whole episodes)")
+    torso: str = static("mlp", "observation encoder: mlp, or cnn / cnn_large for image observations [H, W, C]")
 
     @property
     def num_envs(self) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 from flax import struct
 
 from jaxrl.envs import check_env_id
-from jaxrl.networks import ACTIVATIONS
+from jaxrl.networks import ACTIVATIONS, TORSOS
 
 # ---------------------------------------------------------------------------------------------------------
 # The protocol and the registry
@@ -312,4 +312,15 @@ def check_replay(config, window: int) -> None:
         "buffer_size",
         f"{config.buffer_size} holds fewer than {window} steps per env ({config.num_envs} envs; it needs "
         f"num_steps and any n-step window); make it larger.",
+    )
+
+
+def check_torso(config, observation_shape) -> None:
+    """`torso` is known, and an image torso gets image observations [H, W, C]."""
+    check_choice(config, "torso", TORSOS)
+    check(
+        config.torso == "mlp" or len(observation_shape) == 3,
+        "torso",
+        f"{config.torso!r} needs image observations [H, W, C]; {config.env} has shape {tuple(observation_shape)}: "
+        "use torso='mlp'.",
     )

@@ -31,17 +31,16 @@ from flax import struct
 from jaxrl import envs, estimators, losses, optim
 from jaxrl.algos import base
 from jaxrl.algos.base import (
-    check,
     check_action_space,
-    check_choice,
     check_common,
     check_divides,
     check_range,
+    check_torso,
     hyper,
     static,
 )
 from jaxrl.minibatch import minibatch_epochs
-from jaxrl.networks import TORSOS, QNetwork, epsilon_greedy, make_torso
+from jaxrl.networks import QNetwork, epsilon_greedy, make_torso
 from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout
 from jaxrl.types import Trajectory
 
@@ -85,17 +84,6 @@ def validate_common(config: Config, algorithm: str, positive_ints: tuple[str, ..
     check_range(config, "epsilon_end", 0.0, 1.0)
     check_range(config, "epsilon_decay_fraction", 0.0, 1.0)
     check_range(config, "max_grad_norm", 0.0, low_open=True)
-
-
-def check_torso(config, observation_shape) -> None:
-    """`torso` is known, and an image torso gets image observations [H, W, C]."""
-    check_choice(config, "torso", TORSOS)
-    check(
-        config.torso == "mlp" or len(observation_shape) == 3,
-        "torso",
-        f"{config.torso!r} needs image observations [H, W, C]; {config.env} has shape {tuple(observation_shape)}: "
-        "use torso='mlp'.",
-    )
 
 
 def make_env(config: Config):
