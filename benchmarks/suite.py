@@ -4,8 +4,12 @@ in one `jit(vmap)` program, against the reference returns of gymnax's PPO baseli
 For each (algorithm, environment): the algorithm's default Config with `env` and `total_timesteps` set (plus the
 package's presets, `jaxrl.presets`: configs found to work), compiled once, run once over `--seeds` seeds (compile
 and run seconds as `benchmarks.common.measure` defines them). Reported: final return (`jaxrl.run.report.final_return` of
-each seed: the mean over its last 10% of iterations; mean over seeds and its 95% bootstrap interval), env steps,
-compile and run seconds, env steps/s, the reference return and whether the mean reached it.
+each seed: the mean over its last 10% of iterations of the training episodes, under the stochastic behaviour
+policy; mean over seeds and its 95% bootstrap interval), the evaluation return (the library's own deterministic
+evaluation, `jaxrl.run.evaluate`, of each seed's final policy on `--eval-episodes` fresh episodes, default 32; mean
+over seeds and its 95% interval), env steps, compile and run seconds, env steps/s, the reference return and which
+of the two returns reached it. The references are gymnax's PPO checkpoints evaluated, so the evaluation column is
+the like-for-like one.
 An algorithm that does not apply to an environment's action space (its `validate` raises) is listed as n/a.
 
 Outputs: a table on stdout and in benchmarks/results/suite[_quick].md, the returns of every seed binned into at
@@ -42,6 +46,8 @@ from jaxrl import presets
 from jaxrl.algos import ALGORITHMS
 from jaxrl.algos.base import to_dict
 from jaxrl.plot import bin_iterations, bootstrap_interval
+from jaxrl.run.compile import eval_keys
+from jaxrl.run.evaluate import evaluate
 from jaxrl.run.report import final_return
 
 RESULTS = Path(__file__).parent / "results"
@@ -80,13 +86,30 @@ def budget_for(entry: str, env: str, fraction: float = 1.0) -> int:
     return int(ENVIRONMENTS[env][0] * BUDGET_SCALE.get(algo_name, 1.0) * fraction)
 
 
-def run_one(entry: str, env: str, budget: int, seeds: int, seed: int = 0) -> dict:
+EVAL_EPISODES = 32
+
+
+def evaluate_final(algo, config, states, seed: int, episodes: int = EVAL_EPISODES) -> np.ndarray:
+    """[seeds] the mean return of `episodes` fresh episodes of each seed's final policy, deterministic (its mode),
+    on the runner's evaluation key stream (`jaxrl.run.compile.eval_keys`)."""
+    seeds = jax.tree.leaves(states)[0].shape[0]
+
+    def one(state, key):
+        act, normalize = algo.evaluation_policy(config, state, deterministic=True)
+        return evaluate(config.env, act, key, episodes, normalize=normalize)["mean_return"]
+
+    return np.asarray(jax.jit(jax.vmap(one))(states, eval_keys(seed, seeds)), float)
+
+
+def run_one(entry: str, env: str, budget: int, seeds: int, seed: int = 0, eval_episodes: int = EVAL_EPISODES) -> dict:
     algo, config = make_config(entry, env, budget)
     keys = jax.random.split(jax.random.key(seed), seeds)
-    compile_s, run_s, (_, metrics) = measure(jax.vmap(algo.make_train(config)), keys)
+    compile_s, run_s, (states, metrics) = measure(jax.vmap(algo.make_train(config)), keys)
     returns = np.asarray(metrics["episode_return"], float)  # [seeds, iterations], NaN where none ended
     final = final_return(returns)
     mean, low, high = bootstrap_interval(final[:, None])
+    evaluated = evaluate_final(algo, config, states, seed, eval_episodes)
+    eval_mean, eval_low, eval_high = bootstrap_interval(evaluated[:, None])
     steps = env_steps(config)
     curve_steps, curve = binned_curve(returns, config.env_steps_per_iteration)
     return {
@@ -98,6 +121,10 @@ def run_one(entry: str, env: str, budget: int, seeds: int, seed: int = 0) -> dic
         "final_per_seed": final.tolist(),
         "final_mean": float(mean[0]),
         "final_ci": [float(low[0]), float(high[0])],
+        "eval_episodes": eval_episodes,
+        "eval_per_seed": evaluated.tolist(),
+        "eval_mean": float(eval_mean[0]),
+        "eval_ci": [float(eval_low[0]), float(eval_high[0])],
         "compile_s": compile_s,
         "run_s": run_s,
         "steps_per_s": steps * seeds / run_s,
@@ -110,28 +137,37 @@ def run_one(entry: str, env: str, budget: int, seeds: int, seed: int = 0) -> dic
 def table(rows: list[dict], references: dict[str, float]) -> str:
     """Markdown table; "budget" is the row's env-step budget as a fraction of the entry's full budget."""
     lines = [
-        "| algorithm | env | env steps | budget | final return (95% CI) | reference | reached | seeds | compile s |"
-        " run s | steps/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| algorithm | env | env steps | budget | training return (95% CI) | reached | eval return (95% CI) |"
+        " reached | reference | seeds | compile s | run s | steps/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['algo']} | {r['env']} | n/a: {r['skipped']} |  |  |  |  |  |  |  |  |")
+            lines.append(f"| {r['algo']} | {r['env']} | n/a: {r['skipped']} |" + "  |" * 10)
             continue
         ref = references[r["env"]]
-        reached = "yes" if r["final_mean"] >= ref else f"no ({r['final_mean'] - ref:+.1f})"
         fraction = r["budget"] / budget_for(r["algo"], r["env"])
         lines.append(
             f"| {r['algo']} | {r['env']} | {r['env_steps']:.2g} | {fraction:.2g} | {r['final_mean']:.1f} "
-            f"[{r['final_ci'][0]:.1f}, {r['final_ci'][1]:.1f}] | {ref:g} | {reached} | {r['seeds']} | "
-            f"{r['compile_s']:.1f} | {r['run_s']:.1f} | {r['steps_per_s']:.3g} |"
+            f"[{r['final_ci'][0]:.1f}, {r['final_ci'][1]:.1f}] | {_reached(r['final_mean'], ref)} | "
+            + (
+                f"{r['eval_mean']:.1f} [{r['eval_ci'][0]:.1f}, {r['eval_ci'][1]:.1f}] | {_reached(r['eval_mean'], ref)}"
+                if "eval_mean" in r
+                else "not run | "
+            )
+            + f" | {ref:g} | {r['seeds']} | {r['compile_s']:.1f} | {r['run_s']:.1f} | {r['steps_per_s']:.3g} |"
         )
     return "\n".join(lines)
 
 
+def _reached(value: float, reference: float) -> str:
+    return "yes" if value >= reference else f"no ({value - reference:+.1f})"
+
+
 def matrix(rows: list[dict], references: dict[str, float]) -> str:
-    """One line per entry, one column per environment: final mean return, its budget fraction when short of the
-    full budget, and whether it reached the reference (yes) or by how much it fell short."""
+    """One line per entry, one column per environment: the training and the evaluation return (means over seeds),
+    the budget fraction when short of the full budget, and for each whether it reached the reference (yes) or by
+    how much it fell short."""
     envs = list(dict.fromkeys(r["env"] for r in rows))
     cells = {(r["algo"], r["env"]): r for r in rows}
     lines = [
@@ -149,10 +185,17 @@ def matrix(rows: list[dict], references: dict[str, float]) -> str:
             else:
                 fraction = r["budget"] / budget_for(entry, env)
                 short = "" if fraction == 1 else f" at {fraction:.2g} budget"
-                gap = r["final_mean"] - references[env]
-                line.append(f"{r['final_mean']:.1f}{short} ({'yes' if gap >= 0 else f'{gap:+.1f}'})")
+                cell = f"train {_gap(r['final_mean'], references[env])}"
+                if "eval_mean" in r:
+                    cell += f" / eval {_gap(r['eval_mean'], references[env])}"
+                line.append(cell + short)
         lines.append(f"| {entry} | " + " | ".join(line) + " |")
     return "\n".join(lines)
+
+
+def _gap(value: float, reference: float) -> str:
+    gap = value - reference
+    return f"{value:.1f} ({'yes' if gap >= 0 else f'{gap:+.1f}'})"
 
 
 def plot_env(rows: list[dict], env: str, reference: float, out: Path) -> None:
@@ -203,6 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--algos", nargs="+", default=ENTRIES, choices=ENTRIES)
     parser.add_argument("--envs", nargs="+", default=None, choices=list(ENVIRONMENTS))
     parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--eval-episodes", type=int, default=EVAL_EPISODES, help="evaluation episodes per seed")
     parser.add_argument("--quick", action="store_true", help="CartPole-v1 and Pendulum-v1 at a fifth of the budgets")
     parser.add_argument("--budget-fraction", type=float, default=None, help="run at this fraction of the budgets")
     parser.add_argument("--resume", action="store_true", help="keep the rows already in the output files")
@@ -231,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
             except ValueError as error:  # the algorithm does not apply here (or the budget is too small)
                 row = {"algo": entry, "env": env, "skipped": str(error).split(";")[0]}
             else:  # an error while training is a bug to see, not an n/a row
-                row = run_one(entry, env, budget, args.seeds)
+                row = run_one(entry, env, budget, args.seeds, eval_episodes=args.eval_episodes)
             rows = [r for r in rows if (r["algo"], r["env"]) != (entry, env)] + [row]
             meta["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
             write_results(out, rows, meta)

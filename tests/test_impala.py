@@ -134,3 +134,36 @@ def test_impala_learns_cartpole():
     _, metrics = jax.jit(jax.vmap(impala.make_train(config)))(jax.random.split(jax.random.key(0), 3))
     final = np.nanmean(np.asarray(metrics["episode_return"])[:, -10:], axis=1)
     assert final.mean() >= 300.0 and np.all(final >= 150.0), final
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_truncated_weights_times_an_advantage_offset_drift_the_gaussian_mean(normalize):
+    """The cause of IMPALA's Pendulum failure (mean |m| 8.9 outside the bounds [-2, 2], return -1600): for
+    pi = N(m, 1), mu = N(0, 1) and advantages A = c min(1, pi/mu) (a constant TD error c, as a critic at 0 gives
+    on Pendulum's negative rewards), dL/dm = c m P / 2 with P = E_mu[min(1, pi/mu)], so with c < 0 gradient
+    descent moves m away from the behaviour mean. Standardised advantages (the default) turn it back towards it."""
+    config = impala.Config(env="Pendulum-v1", normalize_advantages=normalize)
+    network = impala.make_network(config, impala.make_env(config).spec)
+    params = network.init(jax.random.key(0), jnp.zeros((1, 3)))
+    m, c, count = 0.5, -10.0, 200_000
+    head = params["params"]["actor"]["Dense_2"]
+    head = {"kernel": jnp.zeros_like(head["kernel"]), "bias": jnp.full_like(head["bias"], m)}
+    params = {"params": {**params["params"], "actor": {**params["params"]["actor"], "Dense_2": head}}}
+    actions = jax.random.normal(jax.random.key(1), (count, 1))  # a ~ mu = N(0, 1): log_std is 0 at init
+    log_mu = jax.scipy.stats.norm.logpdf(actions[:, 0])
+    log_rho = jax.scipy.stats.norm.logpdf(actions[:, 0], m) - log_mu
+    batch = {
+        "obs": jax.random.normal(jax.random.key(2), (count, 3)),
+        "actions": actions,
+        "targets": jnp.zeros(count),
+        "advantages": c * jnp.minimum(1.0, jnp.exp(log_rho)),
+        "log_rho": log_rho,
+    }
+    grads = jax.grad(lambda p: impala.loss_fn(p, network, config, batch)[0])(params)
+    dloss_dm = float(grads["params"]["actor"]["Dense_2"]["bias"][0])
+    if normalize:
+        assert dloss_dm > 0.05  # descent moves m back towards 0
+    else:
+        overlap = float(jnp.mean(jnp.minimum(1.0, jnp.exp(log_rho))))
+        np.testing.assert_allclose(dloss_dm, c * m * overlap / 2, rtol=0.05)
+        assert dloss_dm < 0  # descent moves m further from 0

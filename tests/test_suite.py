@@ -8,7 +8,7 @@ from benchmarks import suite
 
 
 def fake_run(calls):
-    def run_one(entry, env, budget, seeds, seed=0):
+    def run_one(entry, env, budget, seeds, seed=0, eval_episodes=32):
         calls.append((entry, env, budget))
         final = suite.ENVIRONMENTS[env][1] + (1.0 if entry == "ppo" else -5.0)
         return {
@@ -20,6 +20,9 @@ def fake_run(calls):
             "final_per_seed": [final] * seeds,
             "final_mean": final,
             "final_ci": [final, final],
+            "eval_per_seed": [final + 2] * seeds,
+            "eval_mean": final + 2,
+            "eval_ci": [final + 2, final + 2],
             "compile_s": 1.0,
             "run_s": 2.0,
             "steps_per_s": budget * seeds / 2.0,
@@ -64,10 +67,12 @@ def test_resume_keeps_finished_rows_and_reruns_shorter_ones(tmp_path, monkeypatc
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
     assert [(r["algo"], r["budget"]) for r in rows] == [("ppo", 500_000), ("dqn", 10_000)]
     text = out.with_suffix(".md").read_text()
-    assert "| ppo | CartPole-v1 | 5e+05 | 1 | 501.0 [501.0, 501.0] | 500 | yes |" in text
-    assert "| dqn | CartPole-v1 | 1e+04 | 0.1 | 495.0 [495.0, 495.0] | 500 | no (-5.0) |" in text
+    assert "| ppo | CartPole-v1 | 5e+05 | 1 | 501.0 [501.0, 501.0] | yes | 503.0 [503.0, 503.0] | yes | 500 |" in text
+    dqn_row = "| dqn | CartPole-v1 | 1e+04 | 0.1 | 495.0 [495.0, 495.0] | no (-5.0) | 497.0 [497.0, 497.0] | no (-3.0)"
+    assert dqn_row in text
     assert "| algorithm | CartPole-v1 (500) |" in text  # the summary matrix: entries x environments
-    assert "| ppo | 501.0 (yes) |" in text and "| dqn | 495.0 at 0.1 budget (-5.0) |" in text
+    assert "| ppo | train 501.0 (yes) / eval 503.0 (yes) |" in text
+    assert "| dqn | train 495.0 (-5.0) / eval 497.0 (-3.0) at 0.1 budget |" in text
 
 
 def test_inapplicable_rows_are_listed_not_run(tmp_path, monkeypatch):
@@ -81,9 +86,20 @@ def test_inapplicable_rows_are_listed_not_run(tmp_path, monkeypatch):
 
 
 def test_an_error_while_training_is_raised_not_listed(tmp_path, monkeypatch):
-    def broken(entry, env, budget, seeds, seed=0):
+    def broken(entry, env, budget, seeds, seed=0, eval_episodes=32):
         raise ValueError("Incompatible shapes for broadcasting")
 
     monkeypatch.setattr(suite, "run_one", broken)
     with pytest.raises(ValueError, match="broadcasting"):
         suite.main(["--algos", "ppo", "--envs", "CartPole-v1", "--seeds", "1", "--out", str(tmp_path / "s")])
+
+
+def test_a_real_row_has_both_returns_and_the_evaluation_is_deterministic():
+    """One tiny real run: the evaluation column is the mean return of the final policies' fresh episodes, the same
+    on a second call (fixed evaluation keys), and within CartPole's range."""
+    row = suite.run_one("ppo", "CartPole-v1", 4096, seeds=2, eval_episodes=4)
+    assert len(row["eval_per_seed"]) == 2 and row["eval_episodes"] == 4
+    assert all(1.0 <= x <= 500.0 for x in row["eval_per_seed"])
+    assert row["eval_ci"][0] <= row["eval_mean"] <= row["eval_ci"][1]
+    again = suite.run_one("ppo", "CartPole-v1", 4096, seeds=2, eval_episodes=4)
+    assert again["eval_per_seed"] == row["eval_per_seed"] and again["final_per_seed"] == row["final_per_seed"]

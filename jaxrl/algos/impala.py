@@ -17,6 +17,13 @@ targets G_t for Q(s_t, a_t) (Munos et al. 2016), bootstrapping from E_pi Q(s', .
 policy-gradient advantage is min(clip_pg_rho, rho_t) (G_t - E_pi Q(s_t, .)), as in ACER (Wang et al. 2017):
 
     loss = -sg(A) log pi(a|s) + vf_coef 0.5 (Q(s, a) - G)^2 - ent_coef H(pi(.|s)).
+
+`normalize_advantages` (the default) standardises A_pg within each minibatch. Without it, an advantage offset c
+(the critic's error: with V = 0 at the start and Pendulum's rewards of -16 a step, every TD error is negative)
+times the truncated weight min(1, pi/mu) drifts a Gaussian policy's mean m away from the behaviour's: for
+pi = N(m, s^2) and mu = N(0, s^2), E_mu[c min(1, pi/mu) d log pi / dm] = -c (m / 2) P / s^2 with
+P = E_mu[min(1, pi/mu)], so c < 0 moves m further from 0 every step (measured on Pendulum-v1: the mean went to
+|m| = 8.9, far outside the action bounds [-2, 2], and the return to -1600, below a random policy's -1200).
 """
 
 from __future__ import annotations
@@ -48,6 +55,9 @@ class Config(ac.Config):
     clip_rho: float = hyper(1.0, "rho-bar: truncation of the importance weight in the V-trace TD errors")
     clip_c: float = hyper(1.0, "c-bar: truncation of the importance weight in the traces")
     clip_pg_rho: float = hyper(1.0, "truncation of the importance weight of the policy-gradient advantage")
+    normalize_advantages: bool = static(
+        True, "normalise the policy-gradient advantages within each minibatch (see the module docstring)"
+    )
     ent_coef: float = hyper(0.01, "entropy bonus coefficient")
     vf_coef: float = hyper(0.5, "value loss coefficient")
 
@@ -110,11 +120,14 @@ def vtrace_batch(config: Config, network, params, traj) -> dict[str, jax.Array]:
 
 def loss_fn(params, network, config: Config, batch: dict[str, jax.Array]):
     """-A_pg log pi + vf_coef * 0.5 (V - v_s)^2 (or (Q(s, a) - G)^2) - ent_coef * entropy, averaged over the
-    minibatch."""
+    minibatch; A_pg standardised over the minibatch with `normalize_advantages`."""
     dist, values = network.apply(params, batch["obs"])
     if config.critic == "q":
         values = losses.action_value(values, batch["actions"])
-    policy_loss = -(batch["advantages"] * dist.log_prob(batch["actions"])).mean()
+    advantages = batch["advantages"]
+    if config.normalize_advantages:
+        advantages = ac.normalize(advantages, jnp.ones(advantages.shape, bool))
+    policy_loss = -(advantages * dist.log_prob(batch["actions"])).mean()
     value_loss = losses.value_loss(values, batch["targets"]).mean()
     entropy = dist.entropy().mean()
     total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy

@@ -31,6 +31,33 @@ def final_return(episode_return: np.ndarray, fraction: float = FINAL_FRACTION) -
     return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
+def window_returns(episode_return: np.ndarray, fraction: float = FINAL_FRACTION) -> np.ndarray:
+    """The NaN-mean of every run of `final_window` consecutive iterations: [..., iterations] -> [..., windows]
+    (window k averages iterations k .. k + w - 1; NaN where no episode ended in it)."""
+    values = np.asarray(episode_return, np.float64)
+    width = final_window(values.shape[-1], fraction)
+    finite = np.isfinite(values)
+    zero = np.zeros(values.shape[:-1] + (1,))
+    total = np.concatenate([zero, np.cumsum(np.where(finite, values, 0.0), -1)], -1)
+    count = np.concatenate([zero, np.cumsum(finite, -1)], -1)
+    window_total, window_count = total[..., width:] - total[..., :-width], count[..., width:] - count[..., :-width]
+    return np.where(window_count > 0, window_total / np.maximum(window_count, 1), np.nan)
+
+
+def stability(episode_return: np.ndarray, fraction: float = FINAL_FRACTION) -> dict[str, float]:
+    """Whether a run holds what it learned: the final return (the last `final_window` iterations) against the best
+    window of that width anywhere in the run, on the seed-mean curve of `episode_return` [seeds, iterations].
+
+    `drop` = (best - final) / |best|, the fraction of the best window's return lost by the end (0: the run ends at
+    its best); a run "holds" when drop <= 0.05."""
+    curve = np.asarray(episode_return, np.float64)
+    finite = np.isfinite(curve)
+    mean = np.where(finite.any(0), np.where(finite, curve, 0.0).sum(0) / np.maximum(finite.sum(0), 1), np.nan)
+    windows = window_returns(mean, fraction)
+    best, final = float(np.nanmax(windows)), float(windows[-1])
+    return {"best": best, "final": final, "drop": (best - final) / max(abs(best), 1e-8)}
+
+
 @dataclasses.dataclass
 class RunResult:
     """What `jaxrl.run.run` returns: the final state and every iteration's metrics of S seeds."""
