@@ -51,11 +51,8 @@ CASES: dict[str, tuple[str, dict]] = {
     ),
     "trpo": ("trpo", dict(num_envs=4, num_steps=16, total_timesteps=192, vf_minibatches=2)),
     "trpo_pendulum": ("trpo", dict(env="Pendulum-v1", num_envs=4, num_steps=16, total_timesteps=192, vf_minibatches=2)),
-    "impala": ("impala", dict(num_envs=4, num_steps=16, total_timesteps=256, normalize_advantages=False)),
-    "impala_q": (
-        "impala",
-        dict(num_envs=4, num_steps=16, total_timesteps=256, critic="q", normalize_advantages=False),
-    ),
+    "impala": ("impala", dict(num_envs=4, num_steps=16, total_timesteps=256)),
+    "impala_q": ("impala", dict(num_envs=4, num_steps=16, total_timesteps=256, critic="q")),
     "grpo": ("grpo", dict(num_groups=2, group_size=2, horizon=16, total_timesteps=192, num_minibatches=2)),
     "grpo_branch": (
         "grpo",

@@ -141,7 +141,7 @@ def test_truncated_weights_times_an_advantage_offset_drift_the_gaussian_mean(nor
     """The cause of IMPALA's Pendulum failure (mean |m| 8.9 outside the bounds [-2, 2], return -1600): for
     pi = N(m, 1), mu = N(0, 1) and advantages A = c min(1, pi/mu) (a constant TD error c, as a critic at 0 gives
     on Pendulum's negative rewards), dL/dm = c m P / 2 with P = E_mu[min(1, pi/mu)], so with c < 0 gradient
-    descent moves m away from the behaviour mean. Standardised advantages (the default) turn it back towards it."""
+    descent moves m away from the behaviour mean. Standardised advantages (`normalize_advantages`) turn it back."""
     config = impala.Config(env="Pendulum-v1", normalize_advantages=normalize)
     network = impala.make_network(config, impala.make_env(config).spec)
     params = network.init(jax.random.key(0), jnp.zeros((1, 3)))

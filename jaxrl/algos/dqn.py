@@ -40,6 +40,7 @@ class Config(q_learning.Config):
     num_steps: int = static(8, "env steps per environment per iteration (the train frequency)")
     total_timesteps: int = static(50_000, "environment steps of the whole run")
     learning_rate: float = hyper(5e-4, "Adam learning rate")
+    anneal_lr: bool = static(False, "decay the learning rate linearly to 0 over the run (optim.learning_rate_schedule)")
     buffer_size: int = static(50_000, "replay capacity in transitions; a multiple of num_envs")
     replay_batch_size: int = static(128, "transitions per gradient step")
     updates_per_iteration: int = static(8, "gradient steps per iteration")
@@ -87,7 +88,10 @@ def make_network(config: Config, spec: envs.EnvSpec) -> QNetwork:
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
-    return optim.clipped_optimizer("adam", config.learning_rate, config.max_grad_norm, eps=1e-8)
+    schedule = optim.learning_rate_schedule(
+        config.learning_rate, config.anneal_lr, config.updates_per_iteration, config.num_iterations
+    )
+    return optim.clipped_optimizer("adam", schedule, config.max_grad_norm, eps=1e-8)
 
 
 def evaluation_policy(config: Config, state, deterministic: bool = True):

@@ -18,12 +18,14 @@ policy-gradient advantage is min(clip_pg_rho, rho_t) (G_t - E_pi Q(s_t, .)), as 
 
     loss = -sg(A) log pi(a|s) + vf_coef 0.5 (Q(s, a) - G)^2 - ent_coef H(pi(.|s)).
 
-`normalize_advantages` (the default) standardises A_pg within each minibatch. Without it, an advantage offset c
+`normalize_advantages` standardises A_pg within each minibatch. Without it, an advantage offset c
 (the critic's error: with V = 0 at the start and Pendulum's rewards of -16 a step, every TD error is negative)
 times the truncated weight min(1, pi/mu) drifts a Gaussian policy's mean m away from the behaviour's: for
 pi = N(m, s^2) and mu = N(0, s^2), E_mu[c min(1, pi/mu) d log pi / dm] = -c (m / 2) P / s^2 with
 P = E_mu[min(1, pi/mu)], so c < 0 moves m further from 0 every step (measured on Pendulum-v1: the mean went to
 |m| = 8.9, far outside the action bounds [-2, 2], and the return to -1600, below a random policy's -1200).
+It is off by default: where the critic fits (CartPole), the advantages shrink to noise that standardising
+blows up to unit scale (measured at 5e6 steps, 4 seeds: final returns 496-498 without, 500, 9, 9, 199 with).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class Config(ac.Config):
     clip_c: float = hyper(1.0, "c-bar: truncation of the importance weight in the traces")
     clip_pg_rho: float = hyper(1.0, "truncation of the importance weight of the policy-gradient advantage")
     normalize_advantages: bool = static(
-        True, "normalise the policy-gradient advantages within each minibatch (see the module docstring)"
+        False, "standardise the policy-gradient advantages within each minibatch (see the module docstring)"
     )
     ent_coef: float = hyper(0.01, "entropy bonus coefficient")
     vf_coef: float = hyper(0.5, "value loss coefficient")

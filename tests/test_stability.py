@@ -1,0 +1,50 @@
+"""Defaults that hold up: every algorithm's default Config, run several times its default budget, ends within 5%
+of its best (`jaxrl.run.report.stability`: the last 10% of iterations against the best window of that width, on
+the mean curve of the seeds). `benchmarks/stability.py` runs the full check (10x, 4 seeds) and writes the table;
+these tests run a scale that fits CI, 10x where a collapse was measured (DQN's old defaults: best 327, final 224
+at 10x over 4 seeds)."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from jaxrl.algos import ALGORITHMS
+from jaxrl.run.report import stability
+
+DEFAULT_SCALE = 5
+SCALE = {"dqn": 10, "a2c": 10, "reinforce": 10, "pqn": 10}  # where 10x fits in CI's time
+SEEDS = 2
+TOLERANCE = 0.05
+
+
+def test_stability_measures_the_drop_on_the_learned_range():
+    rising = np.tile(np.linspace(0.0, 100.0, 100), (2, 1))
+    assert stability(rising)["drop"] == pytest.approx(0.0)
+    collapsed = np.concatenate([np.full((2, 10), 20.0), np.full((2, 40), 220.0), np.full((2, 50), 120.0)], axis=1)
+    result = stability(collapsed)
+    assert (result["first"], result["best"], result["final"]) == pytest.approx((20.0, 220.0, 120.0))
+    assert result["drop"] == pytest.approx(0.5) and result["worst_seed_drop"] == pytest.approx(0.5)
+    pendulum = np.concatenate([np.full((1, 10), -1200.0), np.full((1, 40), -137.0), np.full((1, 50), -150.0)], 1)
+    assert stability(pendulum)["drop"] == pytest.approx(13 / 1063)  # both solved: 1% of the learned range
+    one_seed_fails = np.stack(
+        [np.r_[np.full(10, 20.0), np.full(90, 500.0)], np.r_[np.full(10, 20.0), np.full(40, 500.0), np.full(50, 9.0)]]
+    )
+    held = stability(one_seed_fails)  # the mean curve loses half of its range; the failed seed all of it
+    assert held["drop"] == pytest.approx((500 - 254.5) / 480) and held["worst_seed_drop"] == pytest.approx(491 / 480)
+    with_nan = collapsed.copy()
+    with_nan[0, -5:] = np.nan  # iterations without a finished episode do not count
+    assert stability(with_nan)["final"] == pytest.approx(120.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_default_config_holds_when_run_longer(name):
+    algo = ALGORITHMS[name]
+    default = algo.Config()
+    scale = SCALE.get(name, DEFAULT_SCALE)
+    config = dataclasses.replace(default, total_timesteps=default.total_timesteps * scale)
+    _, metrics = jax.jit(jax.vmap(algo.make_train(config)))(jax.random.split(jax.random.key(0), SEEDS))
+    result = stability(np.asarray(metrics["episode_return"]))
+    assert result["drop"] <= TOLERANCE and result["worst_seed_drop"] <= TOLERANCE, (name, f"{scale}x", result)
