@@ -15,6 +15,11 @@ import numpy as np
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
+# DQN's defaults when its cases were recorded (they changed for stability on long runs: see dqn.Config)
+DQN_BEFORE_2026_12 = dict(
+    learning_rate=5e-4, target_update_interval=5, double=True, n_step=3, td_loss="huber", layer_norm=True
+)
+
 # case name -> (algorithm, Config overrides). Small configs: a few iterations each, gradient steps included.
 CASES: dict[str, tuple[str, dict]] = {
     "ppo": ("ppo", dict(num_envs=4, num_steps=16, total_timesteps=192, num_minibatches=2)),
@@ -99,6 +104,7 @@ CASES: dict[str, tuple[str, dict]] = {
     "dqn": (
         "dqn",
         dict(
+            DQN_BEFORE_2026_12,
             num_envs=4,
             num_steps=4,
             total_timesteps=256,
@@ -111,6 +117,7 @@ CASES: dict[str, tuple[str, dict]] = {
     "dqn_plain": (
         "dqn",
         dict(
+            DQN_BEFORE_2026_12,
             num_envs=4,
             num_steps=4,
             total_timesteps=256,
@@ -127,6 +134,7 @@ CASES: dict[str, tuple[str, dict]] = {
     "dqn_dueling_polyak": (
         "dqn",
         dict(
+            DQN_BEFORE_2026_12,
             num_envs=4,
             num_steps=4,
             total_timesteps=256,
@@ -142,6 +150,7 @@ CASES: dict[str, tuple[str, dict]] = {
     "dqn_prioritized": (
         "dqn",
         dict(
+            DQN_BEFORE_2026_12,
             num_envs=4,
             num_steps=4,
             total_timesteps=256,
