@@ -29,10 +29,20 @@ from flax import struct
 
 from jaxrl import envs, estimators, lag, losses, optim
 from jaxrl.algos import base
-from jaxrl.algos.base import check_choice, check_common, check_divides, check_range, check_torso, hyper, static
+from jaxrl.algos.base import (
+    check_choice,
+    check_common,
+    check_core,
+    check_divides,
+    check_range,
+    check_torso,
+    hyper,
+    recurrent,
+    static,
+)
 from jaxrl.minibatch import minibatch_epochs, sequence_minibatch_epochs
 from jaxrl.networks import ActorCritic, make_torso
-from jaxrl.networks.recurrent import CORES, RecurrentActorCritic, initial_hidden, make_core
+from jaxrl.networks.recurrent import RecurrentActorCritic, initial_hidden, make_core
 from jaxrl.rollout import (
     EnvCarry,
     RecurrentAct,
@@ -318,28 +328,9 @@ def actor_critic_step(config, network, params, opt_state, batch, key, critic: bo
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def recurrent(config) -> bool:
-    """Whether the Config names a recurrent core (a Config without a `core` field is feedforward)."""
-    return getattr(config, "core", "none") != "none"
-
-
 def core(config):
     """The core `config.core` names, of `config.core_size` units (`networks.recurrent.make_core`)."""
     return make_core(config.core, config.core_size)
-
-
-def check_core(config) -> None:
-    """`core` is known, `core_size` positive, and a recurrent learner's `num_minibatches` divides `num_envs`
-    (its minibatches are whole environment sequences)."""
-    check_choice(config, "core", CORES)
-    base.check_int(config, "core_size", 1)
-    if recurrent(config):
-        base.check(
-            config.num_envs % config.num_minibatches == 0,
-            "num_minibatches",
-            f"{config.num_minibatches} does not divide num_envs = {config.num_envs}; with core={config.core!r} a "
-            "minibatch is a set of whole environment sequences: choose a divisor of num_envs.",
-        )
 
 
 def recurrent_behaviour(network: RecurrentActorCritic, params) -> tuple[Callable, Callable]:

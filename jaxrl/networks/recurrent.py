@@ -121,7 +121,33 @@ class RecurrentActorCritic(nn.Module):
         return h, out[..., 0]
 
 
+class RecurrentQNetwork(nn.Module):
+    """Action values over sequences: torso -> core -> Q head (`heads.QNetwork`'s output, dueling optional).
+    `__call__(h [B, H], obs [T, B, ...], starts [T, B]) -> (h_T, Q [T, B, action_dim])`; with `IdentityCore` its
+    parameters are exactly `QNetwork`'s (PQN-RNN, as purejaxql's: one core, one state)."""
+
+    action_dim: int
+    torso: MLPTorso = MLPTorso((128, 128), "relu")
+    core: GRUCore | IdentityCore = GRUCore()
+    dueling: bool = False
+
+    @nn.compact
+    def __call__(self, h, obs, starts):
+        x = self.torso(obs)
+        h, x = self.core(h, x, starts)
+        if not self.dueling:
+            return h, dense(self.action_dim, 1.0)(x)
+        value = dense(1, 1.0)(x)
+        advantage = dense(self.action_dim, 1.0)(x)
+        return h, value + advantage - advantage.mean(-1, keepdims=True)
+
+
+def initial_state(core: GRUCore | IdentityCore, batch: int) -> jax.Array:
+    """The zero state of one core, [batch, core.size] float32."""
+    return jnp.zeros((batch, core.size), jnp.float32)
+
+
 def initial_hidden(core: GRUCore | IdentityCore, batch: int) -> tuple[jax.Array, jax.Array]:
-    """The zero state (h_actor, h_critic), each [batch, core.size] float32."""
-    zeros = jnp.zeros((batch, core.size), jnp.float32)
+    """The zero state (h_actor, h_critic) of `RecurrentActorCritic`, each [batch, core.size] float32."""
+    zeros = initial_state(core, batch)
     return zeros, zeros
