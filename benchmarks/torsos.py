@@ -51,7 +51,8 @@ def markdown(record: dict) -> str:
         f"# PPO torsos on {record['env']} ({record['date']})",
         "",
         f"{record['env_steps']} env steps per row, one seed, 64 envs x 128 steps, 4 x 8 minibatches; "
-        f"GRU of {record['core_size']} units; load average before {record['machine']['load_average_1_5_15min']} "
+        f"GRU of {record['core_size']} units; load average before "
+        f"{[round(x, 2) for x in record['machine']['load_average_1_5_15min']]} "
         f"on {record['machine']['cpu_count']} CPUs ({record['machine']['processor']}).",
         "",
         "| network | compile s | run s | steps/s | vs mlp | load after (1, 5, 15 min) |",
@@ -61,7 +62,7 @@ def markdown(record: dict) -> str:
     for r in record["rows"]:
         lines.append(
             f"| {r['network']} | {r['compile_s']:.1f} | {r['run_s']:.1f} | {r['steps_per_s']:,} | "
-            f"{r['steps_per_s'] / base:.2f} | {r['load_after']} |"
+            f"{r['steps_per_s'] / base:.3g} | {r['load_after']} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -80,6 +80,10 @@ PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     ("pqn", "MemoryChain-bsuite"): dict(
         core="gru", core_size=64, num_envs=32, num_steps=24, num_minibatches=4, learning_rate=1e-3, reward_scale=1.0
     ),
+    # recurrent IMPALA (V-trace, behaviour lag 2) on the same task: 4 seeds x 4e4 steps (tests/test_recurrent.py)
+    ("impala", "MemoryChain-bsuite"): dict(
+        core="gru", core_size=64, num_envs=32, num_steps=24, num_minibatches=4, update_epochs=2, learning_rate=1e-3
+    ),
     # gymnax-blines' MinAtar PPO batch shape: 64 envs x 128 steps, lr 5e-4, 4 epochs x 8 minibatches
     **{
         ("ppo", env): dict(num_envs=64, num_steps=128, learning_rate=5e-4, update_epochs=4, num_minibatches=8)

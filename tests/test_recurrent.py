@@ -12,8 +12,8 @@ import pytest
 
 from conftest import assert_trees_close, index
 from jaxrl import envs, presets
+from jaxrl.algos import ALGORITHMS, impala, ppo, pqn, q_learning
 from jaxrl.algos import actor_critic as ac
-from jaxrl.algos import ppo, pqn, q_learning
 from jaxrl.minibatch import sequence_minibatch_epochs
 from jaxrl.networks import ActorCritic, MLPTorso, QNetwork
 from jaxrl.networks.recurrent import (
@@ -233,6 +233,13 @@ def test_bad_recurrent_config_raises_naming_the_field(overrides, words):
         assert word in str(error.value)
 
 
+def test_recurrent_impala_needs_the_value_critic():
+    with pytest.raises(ValueError) as error:
+        impala.validate(impala.Config(core="gru", critic="q"))
+    assert "Config.core" in str(error.value) and "critic='value'" in str(error.value)
+    impala.validate(impala.Config(core="gru"))
+
+
 @pytest.mark.slow
 def test_checkpoint_carries_the_hidden_state(tmp_path):
     state = jax.jit(lambda k: ac.init(TINY, k))(jax.random.key(0))
@@ -258,48 +265,31 @@ def test_tiny_recurrent_ppo_vmaps_over_seeds_and_evaluates():
 
 # MemoryChain-bsuite (gymnax's bsuite memory_chain, memory length 5): the context bit is shown at the first steps
 # only and must be reported at the last one, for +1 or -1; a memoryless policy scores 0 in expectation.
-# The preset: 32 envs x 24 steps, 4 epochs x 4 minibatches of 8 env sequences, lr 1e-3, GRU of 64 units.
+# The presets: 32 envs x 24 steps, 4 minibatches of 8 env sequences, lr 1e-3, GRU of 64 units.
 MEMORY_BUDGET, MEMORY_SEEDS = 40_000, 4
 
 
 @pytest.mark.slow
-def test_recurrent_ppo_remembers_where_the_mlp_cannot():
-    """4 seeds x 4e4 env steps: the greedy GRU policy returns >= 0.9 on 64 fresh episodes on every seed; the same
-    config without the core (an MLP) <= 0.5 on every seed (it can only guess: 0 in expectation)."""
+@pytest.mark.parametrize("algo", ["ppo", "pqn", "impala"])
+def test_recurrent_learner_remembers_where_the_mlp_cannot(algo):
+    """4 seeds x 4e4 env steps at the MemoryChain preset: the greedy GRU policy returns >= 0.9 on 64 fresh
+    episodes on every seed; the same config with core="none" (an MLP) <= 0.5 on every seed (it can only guess the
+    context bit: 0 in expectation)."""
+    module = ALGORITHMS[algo]
 
     def final_eval(core):
-        config = presets.get("ppo", "MemoryChain-bsuite", core=core, total_timesteps=MEMORY_BUDGET)
+        config = presets.get(algo, "MemoryChain-bsuite", core=core, total_timesteps=MEMORY_BUDGET)
+        module.validate(config)
 
         def run(key):
-            state, _ = ppo.train(config, key)
-            act, normalize = ppo.evaluation_policy(config, state)
+            state, _ = module.train(config, key)
+            act, normalize = module.evaluation_policy(config, state)
             return evaluate(config.env, act, jax.random.fold_in(key, 1), 64, normalize=normalize)["mean_return"]
 
-        ppo.validate(config)
         return np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.key(0), MEMORY_SEEDS)))
 
     gru, mlp = final_eval("gru"), final_eval("none")
-    assert np.all(gru >= 0.9), gru
-    assert np.all(mlp <= 0.5), mlp
-
-
-@pytest.mark.slow
-def test_recurrent_pqn_remembers_where_the_mlp_cannot():
-    """PQN-RNN, 4 seeds x 4e4 env steps (the preset): the greedy GRU Q-network returns >= 0.9 on 64 fresh
-    episodes on every seed; the same config without the core <= 0.5 on every seed."""
-
-    def final_eval(core):
-        config = presets.get("pqn", "MemoryChain-bsuite", core=core, total_timesteps=MEMORY_BUDGET)
-
-        def run(key):
-            state, _ = pqn.train(config, key)
-            act, normalize = pqn.evaluation_policy(config, state)
-            return evaluate(config.env, act, jax.random.fold_in(key, 1), 64, normalize=normalize)["mean_return"]
-
-        pqn.validate(config)
-        return np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.key(0), MEMORY_SEEDS)))
-
-    gru, mlp = final_eval("gru"), final_eval("none")
+    print(f"{algo} MemoryChain-bsuite {MEMORY_BUDGET} steps: gru {gru.round(3).tolist()}, mlp {mlp.round(3).tolist()}")
     assert np.all(gru >= 0.9), gru
     assert np.all(mlp <= 0.5), mlp
 
