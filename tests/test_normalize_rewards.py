@@ -86,3 +86,15 @@ def test_on_policy_config_switch_wraps_the_learners_env():
     _, state = both.reset(jax.random.key(0))
     assert envs.observation_normalizer(state)(jnp.zeros(3)).shape == (3,)
     assert "stats" not in {f.name for f in dataclasses.fields(state)}, "reward stats must not shadow obs stats"
+
+
+@pytest.mark.slow
+def test_ppo_reports_raw_returns_and_learns_from_scaled_rewards():
+    config = ppo.Config(env="Pendulum-v1", num_envs=4, num_steps=200, total_timesteps=4 * 200 * 2, num_minibatches=4)
+    raw = jax.jit(ppo.train)(config, jax.random.key(0))[1]
+    scaled = jax.jit(ppo.train)(dataclasses.replace(config, normalize_rewards=True), jax.random.key(0))[1]
+    # iteration 0 acts with the same initial parameters and keys: the same episodes, reported raw in both
+    np.testing.assert_allclose(scaled["episode_return"][0], raw["episode_return"][0], rtol=1e-6)
+    assert float(raw["episode_return"][0]) < -100  # Pendulum's raw scale, not the normalised one
+    # the value targets are on the scaled rewards' scale: a much smaller value loss
+    assert float(scaled["value_loss"][0]) < 0.1 * float(raw["value_loss"][0])

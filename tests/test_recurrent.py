@@ -93,6 +93,7 @@ def gru_rollout():
     return network, state, out
 
 
+@pytest.mark.slow  # the fixture compiles a GRU rollout (~10 s on a shared 2-core machine)
 def test_learner_rerun_of_the_core_gives_the_rollout_policy_and_values(gru_rollout):
     network, state, (_, memory, traj, seqs) = gru_rollout
     assert np.any(np.asarray(seqs.starts[1:])), "no episode ended inside the window: the test would not test resets"
@@ -105,6 +106,7 @@ def test_learner_rerun_of_the_core_gives_the_rollout_policy_and_values(gru_rollo
     assert not np.allclose(no_reset, traj.values, atol=1e-5)
 
 
+@pytest.mark.slow  # the fixture compiles a GRU rollout (~10 s on a shared 2-core machine)
 def test_shapes_and_dtypes(gru_rollout):
     _, state, (carry, memory, traj, seqs) = gru_rollout
     n, t, h = TINY.num_envs, TINY.num_steps, TINY.core_size
