@@ -180,6 +180,40 @@ class NormalizeObservation(Wrapper):
         return stats.normalize(obs), NormalizeObservationState(inner, stats), reward, terminated, truncated, info
 
 
+@struct.dataclass
+class NormalizeRewardState:
+    inner: Any
+    returns: jax.Array  # [N] discounted return of the running episode, 0 after a done
+    reward_stats: RunningMeanStd  # of the discounted return, shape (), shared by the batch
+
+
+class NormalizeReward(Wrapper):
+    """Divides rewards by the running standard deviation of the discounted return (as gym's NormalizeReward,
+    used by CleanRL's and SB3's PPO for continuous control): per env
+
+        G_t = gamma * G_{t-1} * (1 - done_{t-1}) + r_t,   r~_t = r_t / sqrt(Var[G] + 1e-8),
+
+    with Var[G] the running variance (`RunningMeanStd`, Chan et al.) of every G_t seen, updated with the batch's
+    G_t before r_t is scaled. Wrap it outside `EpisodeStatistics`, so episode statistics report raw returns."""
+
+    def __init__(self, env, gamma):
+        super().__init__(env)
+        self.gamma = gamma
+
+    def reset(self, key):
+        obs, inner = self.inner.reset(key)
+        zeros = jnp.zeros(self.num_envs, jnp.float32)
+        return obs, NormalizeRewardState(inner, zeros, RunningMeanStd.create(()))
+
+    def step(self, key, state, action):
+        obs, inner, reward, terminated, truncated, info = self.inner.step(key, state.inner, action)
+        returns = self.gamma * state.returns + reward
+        stats = state.reward_stats.update(returns)
+        scaled = reward / jnp.sqrt(stats.var + 1e-8)
+        returns = jnp.where(terminated | truncated, 0.0, returns)
+        return obs, NormalizeRewardState(inner, returns, stats), scaled, terminated, truncated, info
+
+
 class ClipAction(Wrapper):
     """Clips continuous actions to the action space's bounds before the env sees them."""
 
@@ -239,9 +273,17 @@ def check_env_id(env_id: str) -> None:
 
 
 def make(
-    env_id: str, num_envs: int = 1, *, normalize_observations: bool = False, clip_actions: bool = True, **env_params
+    env_id: str,
+    num_envs: int = 1,
+    *,
+    normalize_observations: bool = False,
+    clip_actions: bool = True,
+    normalize_rewards: bool = False,
+    reward_gamma=0.99,
+    **env_params,
 ) -> VecEnv:
-    """Builds `num_envs` vectorised copies of the gymnax environment `env_id`, with episode statistics.
+    """Builds `num_envs` vectorised copies of the gymnax environment `env_id`, with episode statistics (of the
+    raw rewards) and, with `normalize_rewards`, rewards scaled by `NormalizeReward` at discount `reward_gamma`.
 
     Keyword arguments that name a field of the env's `EnvParams` (e.g. `max_steps_in_episode=200`)
     override it; other keywords go to the environment's constructor.
@@ -262,4 +304,5 @@ def make(
         vec = ClipAction(vec)
     if normalize_observations:
         vec = NormalizeObservation(vec)
-    return EpisodeStatistics(vec)
+    vec = EpisodeStatistics(vec)
+    return NormalizeReward(vec, reward_gamma) if normalize_rewards else vec

@@ -71,6 +71,19 @@ PRESETS: dict[tuple[str, str], dict[str, Any]] = {
         ("grpo", env): dict(learning_rate=1e-3, update_epochs=10, num_minibatches=32)
         for env in ("Pendulum-v1", "MountainCarContinuous-v0")
     },
+    # recurrent PPO on bsuite's memory chain (memory length 5): 4 seeds x 4e4 steps, greedy eval 1.0 on each seed,
+    # the same config with core="none" about 0 (tests/test_recurrent.py, README "Recurrent policies")
+    ("ppo", "MemoryChain-bsuite"): dict(
+        core="gru", core_size=64, num_envs=32, num_steps=24, num_minibatches=4, learning_rate=1e-3
+    ),
+    # PQN-RNN on the same task: 4 seeds x 4e4 steps (tests/test_recurrent.py); unscaled +-1 rewards
+    ("pqn", "MemoryChain-bsuite"): dict(
+        core="gru", core_size=64, num_envs=32, num_steps=24, num_minibatches=4, learning_rate=1e-3, reward_scale=1.0
+    ),
+    # recurrent IMPALA (V-trace, behaviour lag 2) on the same task: 4 seeds x 4e4 steps (tests/test_recurrent.py)
+    ("impala", "MemoryChain-bsuite"): dict(
+        core="gru", core_size=64, num_envs=32, num_steps=24, num_minibatches=4, update_epochs=2, learning_rate=1e-3
+    ),
     # gymnax-blines' MinAtar PPO batch shape: 64 envs x 128 steps, lr 5e-4, 4 epochs x 8 minibatches
     **{
         ("ppo", env): dict(num_envs=64, num_steps=128, learning_rate=5e-4, update_epochs=4, num_minibatches=8)

@@ -1,5 +1,6 @@
 """Rollouts: a `lax.scan` of policy + vmapped env.step, returning a time-major Trajectory [T, N, ...]."""
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -106,11 +107,21 @@ def bootstrap_truncated(
 ) -> jax.Array:
     """Sets `next_values` [T, N] to `value(final_obs)` where `truncated`, evaluating at most `max_count`
     gathered observations (the caller guarantees no more than `max_count` truncations)."""
+    index, gather = truncated_index(truncated, max_count)
+    successor_values = value(gather(final_obs))
+    return next_values.reshape(-1).at[index].set(successor_values, mode="drop").reshape(next_values.shape)
+
+
+def truncated_index(truncated: jax.Array, max_count: int) -> tuple[jax.Array, Callable]:
+    """(flat indices [max_count] of the truncated steps of `truncated` [T, N], padded with T * N, and
+    `gather(x [T, N, ...]) -> x at those steps [max_count, ...]`, the padding reading the last step)."""
     size = truncated.size
     index = jnp.nonzero(truncated.reshape(-1), size=max_count, fill_value=size)[0]
-    flat_obs = final_obs.reshape((size,) + final_obs.shape[truncated.ndim :])
-    successor_values = value(flat_obs[jnp.minimum(index, size - 1)])
-    return next_values.reshape(-1).at[index].set(successor_values, mode="drop").reshape(next_values.shape)
+
+    def gather(x: jax.Array) -> jax.Array:
+        return x.reshape((size,) + x.shape[truncated.ndim :])[jnp.minimum(index, size - 1)]
+
+    return index, gather
 
 
 def episode_metrics(traj: Trajectory) -> dict[str, jax.Array]:
@@ -176,3 +187,95 @@ def first_episode_mask(done: jax.Array) -> jax.Array:
 def _check_single_env(env) -> None:
     if env.num_envs != 1:
         raise ValueError(f"grouped rollouts step 1-env VecEnvs (envs.make(id, 1)), got num_envs={env.num_envs}.")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Recurrent rollouts: the policy carries a hidden state h (any pytree of [N, ...] arrays) from step to step. The
+# state the policy reads at step t is reset to zero exactly where step t starts an episode (start_t = done_{t-1},
+# and every env starts one after `reset`), inside the policy itself (`networks.recurrent`), so the learner that
+# re-runs the core over a stored sequence from its stored initial state with the stored starts gets the same
+# states the rollout had.
+# ---------------------------------------------------------------------------------------------------------------
+
+# step(h, obs [N, ...], start [N], key) -> (h', action [N, ...], behaviour log_prob [N], value [N]): h' is the
+# state after consuming obs_t (before any reset)
+RecurrentStepFn = Callable[[Any, jax.Array, jax.Array, jax.Array], tuple[Any, jax.Array, jax.Array, jax.Array]]
+# value(h, obs [M, ...], start [M]) -> V [M], one critic step from state h
+RecurrentValueFn = Callable[[Any, jax.Array, jax.Array], jax.Array]
+
+
+@struct.dataclass
+class RecurrentCarry:
+    """The policy's memory between steps (and iterations): the state before the next step's reset, and whether
+    the next step starts an episode."""
+
+    hidden: Any  # pytree of [N, ...] float32
+    start: jax.Array  # [N] bool, the next step is the first of an episode (done at the previous step)
+
+
+def initial_memory(hidden) -> RecurrentCarry:
+    """The memory right after `reset`: `hidden` (zeros) and every env at an episode start."""
+    batch = jax.tree.leaves(hidden)[0].shape[0]
+    return RecurrentCarry(hidden, jnp.ones(batch, bool))
+
+
+@struct.dataclass
+class Sequences:
+    """What a recurrent learner needs besides the Trajectory to re-run its core over the rollout: the state each
+    environment's sequence started from and the episode starts along it."""
+
+    initial_hidden: Any  # pytree of [N, ...], the memory's state before step 0 (before its reset)
+    starts: jax.Array  # [T, N] bool, start_t: the state is zeroed before step t (done_{t-1}; t = 0 from the carry)
+
+
+def recurrent_rollout(
+    env,
+    step: RecurrentStepFn,
+    value: RecurrentValueFn,
+    carry: EnvCarry,
+    memory: RecurrentCarry,
+    key: jax.Array,
+    num_steps: int,
+) -> tuple[EnvCarry, RecurrentCarry, Trajectory, Sequences]:
+    """`rollout` for a policy with memory: the actor and critic step together inside the scan.
+
+    `next_values[t]` is 0 where step t terminated, V(h_{t+1}, o_{t+1}) inside an episode (the next step's value,
+    the last one from a critic step after the scan), and where step t was truncated
+    V(h'_t, final_observation_t, start=False): the critic takes one more step from h'_t, the state after
+    consuming o_t, on the true successor observation, exactly as if the episode had gone on. Only the at most
+    `env.max_truncations(T)` truncated steps are gathered (with their h'_t) and evaluated.
+    """
+
+    def body(loop, keys):
+        carry, memory = loop
+        hidden, action, log_prob, v = step(memory.hidden, carry.obs, memory.start, keys[0])
+        obs, state, reward, terminated, truncated, info = env.step(keys[1], carry.state, action)
+        transition = (
+            (carry.obs, action, reward, terminated, truncated, log_prob, v, memory.start),
+            (hidden, info["final_observation"], info["episode_return"], info["episode_length"]),
+        )
+        return (EnvCarry(state, obs), RecurrentCarry(hidden, terminated | truncated)), transition
+
+    (carry_after, memory_after), (facts, extra) = jax.lax.scan(
+        body, (carry, memory), jax.random.split(key, (num_steps, 2))
+    )
+    obs, actions, rewards, terminated, truncated, log_probs, values, starts = facts
+    hidden_after, final_obs, episode_return, episode_length = extra
+    last_value = value(memory_after.hidden, carry_after.obs, memory_after.start)
+    next_values = jnp.where(terminated, 0.0, jnp.concatenate([values[1:], last_value[None]]))
+    index, gather = truncated_index(truncated & ~terminated, env.max_truncations(num_steps))
+    successor = value(jax.tree.map(gather, hidden_after), gather(final_obs), jnp.zeros(index.shape, bool))
+    next_values = next_values.reshape(-1).at[index].set(successor, mode="drop").reshape(next_values.shape)
+    traj = Trajectory(
+        obs, actions, rewards, terminated, truncated, log_probs, values, next_values, episode_return, episode_length
+    )
+    return carry_after, memory_after, traj, Sequences(memory.hidden, starts)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentAct:
+    """A policy with memory, as `jaxrl.run.evaluate.evaluate` plays it: `step(h, obs [E, ...], start [E], key) ->
+    (h', action [E, ...])` from `initial(E) -> h`; `evaluate` passes start = True at each episode's first step."""
+
+    step: Callable
+    initial: Callable

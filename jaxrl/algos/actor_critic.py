@@ -29,16 +29,32 @@ from flax import struct
 
 from jaxrl import envs, estimators, lag, losses, optim
 from jaxrl.algos import base
-from jaxrl.algos.base import check_choice, check_common, check_divides, check_range, check_torso, hyper, static
-from jaxrl.minibatch import minibatch_epochs
+from jaxrl.algos.base import (
+    check_choice,
+    check_common,
+    check_core,
+    check_divides,
+    check_range,
+    check_torso,
+    hyper,
+    recurrent,
+    static,
+)
+from jaxrl.minibatch import minibatch_epochs, sequence_minibatch_epochs
 from jaxrl.networks import ActorCritic, make_torso
+from jaxrl.networks.recurrent import RecurrentActorCritic, initial_hidden, make_core
 from jaxrl.rollout import (
     EnvCarry,
+    RecurrentAct,
+    RecurrentCarry,
+    Sequences,
     episode_metrics,
     first_episode_mask,
     group_starts,
     grouped_rollout,
+    initial_memory,
     no_critic,
+    recurrent_rollout,
     repeat_members,
     reset,
     rollout,
@@ -59,6 +75,9 @@ class Config(base.Config):
     activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
     optimizer: str = static("adam", "optimiser after global-norm clipping: adam, rmsprop or radam")
     normalize_observations: bool = static(False, "normalise observations by running mean and std")
+    normalize_rewards: bool = static(
+        False, "scale the learner's rewards by the running std of the discounted return (episode stats stay raw)"
+    )
     gamma: float = hyper(0.99, "discount factor")
     max_grad_norm: float = hyper(0.5, "global gradient-norm clipping threshold")
 
@@ -76,6 +95,7 @@ class TrainState:
     key: jax.Array
     iteration: jax.Array
     lagged: lag.ParamsLag | None = None  # IMPALA: the learner's last `behaviour_lag` parameters (None: no lag)
+    memory: RecurrentCarry | None = None  # a recurrent policy's hidden state and episode starts (None: no core)
 
 
 # field: (low, high, low_open), checked wherever a Config has the field
@@ -103,13 +123,21 @@ def validate(
         check_divides(config, minibatches, what=what)
     check_choice(config, "optimizer", optim.OPTIMIZERS)
     check_torso(config, envs.make(config.env, 1).spec.observation_shape)
+    if hasattr(config, "core"):
+        check_core(config)
     for field, (low, high, low_open) in RANGES.items():
         if hasattr(config, field):
             check_range(config, field, low, high, low_open)
 
 
 def make_env(config: Config):
-    return envs.make(config.env, config.num_envs, normalize_observations=config.normalize_observations)
+    return envs.make(
+        config.env,
+        config.num_envs,
+        normalize_observations=config.normalize_observations,
+        normalize_rewards=getattr(config, "normalize_rewards", False),
+        reward_gamma=config.gamma,
+    )
 
 
 def torso(config, spec: envs.EnvSpec):
@@ -117,7 +145,11 @@ def torso(config, spec: envs.EnvSpec):
     return make_torso(config.torso, config.hidden_sizes, config.activation, False, spec.observation_shape)
 
 
-def make_network(config, spec: envs.EnvSpec) -> ActorCritic:
+def make_network(config, spec: envs.EnvSpec) -> ActorCritic | RecurrentActorCritic:
+    """`ActorCritic` on the Config's torso, or `RecurrentActorCritic` (torso -> core -> head) when the Config
+    names a recurrent `core`."""
+    if recurrent(config):
+        return RecurrentActorCritic(spec.action_dim, spec.discrete, torso(config, spec), core(config))
     return ActorCritic(spec.action_dim, spec.discrete, torso(config, spec))
 
 
@@ -149,7 +181,11 @@ def evaluation_policy(config: Config, state: TrainState, deterministic: bool = T
     """`act(obs, key) -> action` of the trained policy and the observation normalisation it was trained with,
     for `jaxrl.run.evaluate.evaluate`."""
     network = make_network(config, make_env(config).spec) if network is None else network
-    return evaluation_act(network, state.params, deterministic), envs.observation_normalizer(state.env.state)
+    if recurrent(config):
+        act = recurrent_evaluation_act(network, state.params, deterministic)
+    else:
+        act = evaluation_act(network, state.params, deterministic)
+    return act, envs.observation_normalizer(state.env.state)
 
 
 def make_optimizer(config) -> optax.GradientTransformation:
@@ -169,9 +205,14 @@ def init(config: Config, key: jax.Array, network=None, optimizer=None, trainable
     optimizer = make_optimizer(config) if optimizer is None else optimizer
     key, net_key, env_key = jax.random.split(key, 3)
     carry = reset(env, env_key)
-    params = network.init(net_key, carry.obs[:1])
+    memory = None
+    if recurrent(config):
+        memory = initial_memory(initial_hidden(network.core, config.num_envs))
+        params = network.init(net_key, initial_hidden(network.core, 1), carry.obs[None, :1], jnp.ones((1, 1), bool))
+    else:
+        params = network.init(net_key, carry.obs[:1])
     opt_state = optimizer.init(params if trainable is None else trainable(params))
-    return TrainState(params, opt_state, carry, key, jnp.zeros((), jnp.int32))
+    return TrainState(params, opt_state, carry, key, jnp.zeros((), jnp.int32), memory=memory)
 
 
 def collect(config: Config, state: TrainState, key: jax.Array) -> tuple[ActorCritic, EnvCarry, Trajectory]:
@@ -279,6 +320,77 @@ def actor_critic_step(config, network, params, opt_state, batch, key, critic: bo
     new_params, opt_state, stats = minibatch_updates(config, loss, params, opt_state, batch, key)
     stats["kl"] = policy_kl(network, params, new_params, batch["obs"], batch["mask"])
     return new_params, opt_state, stats
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Recurrent policies (a Config with `core` != "none", e.g. PPO's): torso -> core -> heads, the memory carried in
+# TrainState.memory across steps and iterations, minibatches of whole environment sequences.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def core(config):
+    """The core `config.core` names, of `config.core_size` units (`networks.recurrent.make_core`)."""
+    return make_core(config.core, config.core_size)
+
+
+def recurrent_behaviour(network: RecurrentActorCritic, params) -> tuple[Callable, Callable]:
+    """The recurrent rollout's `step(h, obs, start, key) -> (h', action, log_prob, value)` and critic
+    `value(h, obs, start) -> V` at `params` (`rollout.recurrent_rollout`), one step each (T = 1)."""
+
+    def step(hidden, obs, start, key):
+        hidden, dist, value = network.apply(params, hidden, obs[None], start[None])
+        action, log_prob = dist.sample_and_log_prob(seed=key)
+        return hidden, action[0], log_prob[0], value[0]
+
+    def value(hidden, obs, start):
+        h_critic = hidden[1]
+        return network.apply(params, h_critic, obs[None], start[None], method="value")[1][0]
+
+    return step, value
+
+
+def collect_recurrent(
+    config, state: TrainState, key: jax.Array
+) -> tuple[RecurrentActorCritic, EnvCarry, RecurrentCarry, Trajectory, Sequences]:
+    """(network, env batch after, memory after, trajectory, sequences) of `num_steps` steps of the recurrent policy
+    at `state.params` from `state.memory` (`rollout.recurrent_rollout`)."""
+    env = make_env(config)
+    network = make_network(config, env.spec)
+    step, value = recurrent_behaviour(network, state.params)
+    return (network, *recurrent_rollout(env, step, value, state.env, state.memory, key, config.num_steps))
+
+
+def recurrent_evaluation_act(network: RecurrentActorCritic, params, deterministic: bool = True) -> RecurrentAct:
+    """The actor alone with its memory (`rollout.RecurrentAct`): the mode when `deterministic`, else a sample."""
+
+    def step(h, obs, start, key):
+        h, dist = network.apply(params, h, obs[None], start[None], method="policy")
+        action = dist.mode() if deterministic else dist.sample(seed=key)
+        return h, action[0]
+
+    return RecurrentAct(step, lambda batch: initial_hidden(network.core, batch)[0])
+
+
+def sequence_minibatch_updates(config, loss: Callable, params, opt_state, steps, initial, key: jax.Array):
+    """`minibatch_updates` over whole environment sequences (`minibatch.sequence_minibatch_epochs`):
+    `loss(params, (steps [T, B, ...], initial [B, ...])) -> (total, stats)`."""
+    params, opt_state, stats = sequence_minibatch_epochs(
+        jax.grad(loss, has_aux=True),
+        make_optimizer(config),
+        params,
+        opt_state,
+        steps,
+        initial,
+        key,
+        config.update_epochs,
+        config.num_minibatches,
+    )
+    return params, opt_state, jax.tree.map(jnp.mean, stats)
+
+
+def next_recurrent_state(state: TrainState, params, opt_state, env: EnvCarry, memory: RecurrentCarry, key):
+    """The state after one iteration of a recurrent learner."""
+    return next_state(state, params, opt_state, env, key).replace(memory=memory)
 
 
 # ---------------------------------------------------------------------------------------------------------------

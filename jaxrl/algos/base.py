@@ -26,6 +26,7 @@ from flax import struct
 
 from jaxrl.envs import check_env_id
 from jaxrl.networks import ACTIVATIONS, TORSOS
+from jaxrl.networks.recurrent import CORES
 
 # ---------------------------------------------------------------------------------------------------------
 # The protocol and the registry
@@ -324,3 +325,22 @@ def check_torso(config, observation_shape) -> None:
         f"{config.torso!r} needs image observations [H, W, C]; {config.env} has shape {tuple(observation_shape)}: "
         "use torso='mlp'.",
     )
+
+
+def recurrent(config) -> bool:
+    """Whether the Config names a recurrent core (a Config without a `core` field is feedforward)."""
+    return getattr(config, "core", "none") != "none"
+
+
+def check_core(config) -> None:
+    """`core` is known, `core_size` positive, and a recurrent learner's `num_minibatches` divides `num_envs`
+    (its minibatches are whole environment sequences)."""
+    check_choice(config, "core", CORES)
+    check_int(config, "core_size", 1)
+    if recurrent(config):
+        check(
+            config.num_envs % config.num_minibatches == 0,
+            "num_minibatches",
+            f"{config.num_minibatches} does not divide num_envs = {config.num_envs}; with core={config.core!r} a "
+            "minibatch is a set of whole environment sequences: choose a divisor of num_envs.",
+        )

@@ -26,6 +26,12 @@ P = E_mu[min(1, pi/mu)], so c < 0 moves m further from 0 every step (measured on
 |m| = 8.9, far outside the action bounds [-2, 2], and the return to -1600, below a random policy's -1200).
 It is off by default: where the critic fits (CartPole), the advantages shrink to noise that standardising
 blows up to unit scale (measured at 5e6 steps, 4 seeds: final returns 496-498 without, 500, 9, 9, 199 with).
+
+With `core="gru"` (V-trace critic) actor and critic are recurrent (torso -> GRU -> head): the behaviour actor (the
+lagged parameters) and the learner's critic step along the rollout with their own states, reset where an episode
+starts; the learner re-runs its actor over each sequence from the actor state stored at the sequence start (the
+behaviour's state, as in R2D2's stored-state strategy, Kapturowski et al. 2019) for log pi, and its updates use
+minibatches of whole environment sequences.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ from jaxrl.algos import actor_critic as ac
 from jaxrl.algos.actor_critic import TrainState, behaviour, make_env
 from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, static, train  # noqa: F401
 from jaxrl.networks import ActorCritic, ActorQCritic
-from jaxrl.rollout import episode_metrics, rollout
+from jaxrl.networks.recurrent import RecurrentActorCritic
+from jaxrl.rollout import episode_metrics, recurrent_rollout, rollout
 
 
 @struct.dataclass
@@ -52,6 +59,8 @@ class Config(ac.Config):
     update_epochs: int = static(1, "passes over each rollout")
     num_minibatches: int = static(2, "minibatches per pass; must divide num_envs * num_steps")
     anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
+    core: str = static("none", "recurrent core between torso and heads: none or gru (critic='value')")
+    core_size: int = static(128, "hidden units of the recurrent core (core='gru')")
     learning_rate: float = hyper(1e-3, "learning rate")
     vtrace_lambda: float = hyper(1.0, "lambda of the V-trace traces c = lambda min(c_bar, rho)")
     clip_rho: float = hyper(1.0, "rho-bar: truncation of the importance weight in the V-trace TD errors")
@@ -75,6 +84,11 @@ def validate(config: Config) -> None:
             "critic",
             f"critic='q' needs discrete actions; {config.env} is continuous: use critic='value'.",
         )
+    check(
+        config.core == "none" or config.critic == "value",
+        "core",
+        f"core={config.core!r} is built for the V-trace critic; use critic='value' or core='none'.",
+    )
     check_range(config, "vtrace_lambda", 0.0, 1.0)
     for name in ("clip_rho", "clip_c", "clip_pg_rho"):
         check_range(config, name, 0.0, low_open=True)
@@ -126,6 +140,21 @@ def loss_fn(params, network, config: Config, batch: dict[str, jax.Array]):
     dist, values = network.apply(params, batch["obs"])
     if config.critic == "q":
         values = losses.action_value(values, batch["actions"])
+    return vtrace_loss(dist, values, config, batch)
+
+
+def recurrent_loss_fn(params, network: RecurrentActorCritic, config: Config, minibatch):
+    """`loss_fn` with the recurrent actor and critic re-run over the minibatch's sequences [T, B] from their
+    stored initial states with the rollout's episode starts."""
+    steps, initial = minibatch
+    _, dist, values = network.apply(params, initial, steps["obs"], steps["starts"])
+    return vtrace_loss(dist, values, config, steps)
+
+
+def vtrace_loss(dist, values: jax.Array, config: Config, batch: dict[str, jax.Array]):
+    """The loss of the policy `dist` and the critic's `values` (V(s), or Q(s, a) of the taken actions) at the
+    batch's steps: -sg(A_pg) log pi(a|s) + vf_coef 0.5 (value - target)^2 - ent_coef H(pi), means over the batch;
+    A_pg standardised over the batch with `normalize_advantages`."""
     advantages = batch["advantages"]
     if config.normalize_advantages:
         advantages = ac.normalize(advantages, jnp.ones(advantages.shape, bool))
@@ -144,6 +173,8 @@ def loss_fn(params, network, config: Config, batch: dict[str, jax.Array]):
 
 def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: act with the lagged parameters, V-trace, `update_epochs` x `num_minibatches` steps."""
+    if config.core != "none":
+        return recurrent_update(config, state)
     env = make_env(config)
     network = make_network(config, env.spec)
     key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
@@ -159,3 +190,55 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
     metrics = {**episode_metrics(traj), **stats}
     lagged = lag.push(state.lagged, state.params)  # this iteration's parameters, before the update
     return ac.next_state(state, params, opt_state, carry, key).replace(lagged=lagged), metrics
+
+
+def recurrent_behaviour(network: RecurrentActorCritic, mu_params, params):
+    """The recurrent rollout's `step(h, obs, start, key)`: the behaviour actor at `mu_params` samples, the
+    learner's critic at `params` values, each stepping its own state (h_actor, h_critic); and the critic's
+    `value(h, obs, start)`."""
+
+    def step(hidden, obs, start, key):
+        h_actor, dist = network.apply(mu_params, hidden[0], obs[None], start[None], method="policy")
+        h_critic, value = network.apply(params, hidden[1], obs[None], start[None], method="value")
+        action, log_prob = dist.sample_and_log_prob(seed=key)
+        return (h_actor, h_critic), action[0], log_prob[0], value[0]
+
+    def value(hidden, obs, start):
+        return network.apply(params, hidden[1], obs[None], start[None], method="value")[1][0]
+
+    return step, value
+
+
+def recurrent_update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+    """`update` of a recurrent IMPALA: recurrent rollout (behaviour actor, learner critic), log pi from the
+    learner's actor re-run over the whole rollout, V-trace, then steps on minibatches of env sequences."""
+    env = make_env(config)
+    network = make_network(config, env.spec)
+    key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
+    step, value = recurrent_behaviour(network, lag.behaviour_params(state.lagged, state.params), state.params)
+    carry, memory, traj, sequences = recurrent_rollout(
+        env, step, value, state.env, state.memory, rollout_key, config.num_steps
+    )
+    _, pi = network.apply(state.params, sequences.initial_hidden[0], traj.obs, sequences.starts, method="policy")
+    log_rho = pi.log_prob(traj.actions) - traj.log_probs
+    shared = (traj.next_values, traj.rewards, traj.terminated, traj.truncated, log_rho, config.gamma)
+    clips = (config.clip_rho, config.clip_c, config.clip_pg_rho)
+    targets, advantages = estimators.vtrace(traj.values, *shared, config.vtrace_lambda, *clips)
+    steps = {
+        "obs": traj.obs,
+        "actions": traj.actions,
+        "targets": jax.lax.stop_gradient(targets),
+        "advantages": jax.lax.stop_gradient(advantages),
+        "log_rho": log_rho,
+        "starts": sequences.starts,
+    }
+
+    def loss(params, minibatch):
+        return recurrent_loss_fn(params, network, config, minibatch)
+
+    params, opt_state, stats = ac.sequence_minibatch_updates(
+        config, loss, state.params, state.opt_state, steps, sequences.initial_hidden, shuffle_key
+    )
+    metrics = {**episode_metrics(traj), **stats}
+    lagged = lag.push(state.lagged, state.params)
+    return ac.next_recurrent_state(state, params, opt_state, carry, memory, key).replace(lagged=lagged), metrics

@@ -5,6 +5,10 @@ One iteration (`q_learning.lambda_update`): every one of `num_envs` envs takes `
 the Q-network; the rollout gets Q(lambda) targets (Peng & Williams 1996; `estimators.lambda_returns` with next
 values max_a Q(o', a) of the true successors, 0 after termination), then `update_epochs` passes of shuffled
 minibatches regress Q(o, a) on them. Discrete actions only.
+
+With `core="gru"` (PQN-RNN) the Q-network is torso -> GRU -> Q head, its state carried through the rollout and
+reset where an episode starts; the regression runs on minibatches of whole environment sequences
+(`q_learning.recurrent_lambda_update`).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import jax
 from flax import struct
 
 from jaxrl.algos import q_learning
-from jaxrl.algos.base import make_train, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import check_core, make_train, static, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.q_learning import LambdaState as TrainState
 from jaxrl.algos.q_learning import evaluation_policy, make_env, make_network  # noqa: F401 (the module's surface)
 
@@ -22,10 +26,14 @@ from jaxrl.algos.q_learning import evaluation_policy, make_env, make_network  # 
 class Config(q_learning.LambdaConfig):
     """The Q-learning family's fields and those of the lambda-return iteration, at PQN's defaults."""
 
+    core: str = static("none", "recurrent core between torso and Q head: none or gru")
+    core_size: int = static(128, "hidden units of the recurrent core (core='gru')")
+
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
     q_learning.validate_lambda(config, "PQN")
+    check_core(config)
 
 
 def init(config: Config, key: jax.Array) -> TrainState:
@@ -39,4 +47,6 @@ def greedy_value(q_values: jax.Array, epsilon) -> jax.Array:
 
 def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: epsilon-greedy rollout, Q(lambda) targets, `update_epochs` x `num_minibatches` steps."""
+    if config.core != "none":
+        return q_learning.recurrent_lambda_update(config, state, greedy_value)
     return q_learning.lambda_update(config, state, greedy_value)

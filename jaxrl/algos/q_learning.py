@@ -37,11 +37,22 @@ from jaxrl.algos.base import (
     check_range,
     check_torso,
     hyper,
+    recurrent,
     static,
 )
-from jaxrl.minibatch import minibatch_epochs
+from jaxrl.minibatch import minibatch_epochs, sequence_minibatch_epochs
 from jaxrl.networks import QNetwork, epsilon_greedy, make_torso
-from jaxrl.rollout import EnvCarry, episode_metrics, reset, rollout
+from jaxrl.networks.recurrent import RecurrentQNetwork, initial_state, make_core
+from jaxrl.rollout import (
+    EnvCarry,
+    RecurrentAct,
+    RecurrentCarry,
+    episode_metrics,
+    initial_memory,
+    recurrent_rollout,
+    reset,
+    rollout,
+)
 from jaxrl.types import Trajectory
 
 # value(q_values [..., A], epsilon) -> [...]: the bootstrap value of a successor observation from its action values
@@ -90,8 +101,11 @@ def make_env(config: Config):
     return envs.make(config.env, config.num_envs)
 
 
-def make_network(config: Config, spec: envs.EnvSpec, dueling: bool = False) -> QNetwork:
+def make_network(config: Config, spec: envs.EnvSpec, dueling: bool = False) -> QNetwork | RecurrentQNetwork:
+    """`QNetwork` on the Config's torso, or `RecurrentQNetwork` (torso -> core -> Q) when it names a `core`."""
     torso = make_torso(config.torso, config.hidden_sizes, config.activation, config.layer_norm, spec.observation_shape)
+    if recurrent(config):
+        return RecurrentQNetwork(spec.action_dim, torso, make_core(config.core, config.core_size), dueling)
     return QNetwork(spec.action_dim, torso, dueling)
 
 
@@ -160,6 +174,7 @@ class LambdaState:
     env: EnvCarry
     key: jax.Array
     iteration: jax.Array
+    memory: RecurrentCarry | None = None  # a recurrent Q-network's hidden state and episode starts (None: no core)
 
 
 def validate_lambda(config: LambdaConfig, algorithm: str) -> None:
@@ -181,11 +196,23 @@ def lambda_optimizer(config: LambdaConfig) -> optax.GradientTransformation:
 def evaluation_policy(config: LambdaConfig, state: LambdaState, deterministic: bool = True):
     """The greedy policy (or epsilon_end-greedy when not `deterministic`) of the Q-network."""
     network = make_network(config, make_env(config).spec)
+    if recurrent(config):
+        return recurrent_q_act(network, state.params, config.epsilon_end, deterministic), envs.observation_normalizer(
+            state.env.state
+        )
     return q_evaluation_policy(network, state.params, state.env.state, config.epsilon_end, deterministic)
 
 
 def lambda_init(config: LambdaConfig, key: jax.Array) -> LambdaState:
-    key, params, carry = init_network(config, make_network(config, make_env(config).spec), key)
+    network = make_network(config, make_env(config).spec)
+    if recurrent(config):
+        key, net_key, env_key = jax.random.split(key, 3)
+        carry = reset(make_env(config), env_key)
+        params = network.init(net_key, initial_state(network.core, 1), carry.obs[None, :1], jnp.ones((1, 1), bool))
+        memory = initial_memory(initial_state(network.core, config.num_envs))
+        opt_state = lambda_optimizer(config).init(params)
+        return LambdaState(params, opt_state, carry, key, jnp.zeros((), jnp.int32), memory)
+    key, params, carry = init_network(config, network, key)
     opt_state = lambda_optimizer(config).init(params)
     return LambdaState(params, opt_state, carry, key, jnp.zeros((), jnp.int32))
 
@@ -263,3 +290,71 @@ def lambda_update(
     )
     metrics = {**episode_metrics(traj), **jax.tree.map(jnp.mean, stats), "epsilon": epsilon}
     return LambdaState(params, opt_state, carry, key, state.iteration + 1), metrics
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The recurrent lambda-return iteration (PQN with `core="gru"`, PQN-RNN as in purejaxql): the Q-network's state is
+# carried through the rollout (reset where an episode starts), the targets come from the Q-values the rollout saw,
+# and the regression re-runs the core over minibatches of whole environment sequences from their initial states.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def recurrent_q_act(network: RecurrentQNetwork, params, epsilon, deterministic: bool) -> RecurrentAct:
+    """Greedy (or `epsilon`-greedy) in the recurrent Q-values, with memory (`rollout.RecurrentAct`)."""
+
+    def step(h, obs, start, key):
+        h, q = network.apply(params, h, obs[None], start[None])
+        action = jnp.argmax(q[0], axis=-1) if deterministic else epsilon_greedy(q[0], epsilon).sample(seed=key)
+        return h, action
+
+    return RecurrentAct(step, lambda batch: initial_state(network.core, batch))
+
+
+def recurrent_regression_loss(params, minibatch, network: RecurrentQNetwork):
+    """`regression_loss` over sequences: Q(h_t, o_t, a_t) from the core re-run over steps [T, B, ...] from the
+    minibatch's initial states with the rollout's episode starts."""
+    steps, initial = minibatch
+    _, q_values = network.apply(params, initial, steps["obs"], steps["starts"])
+    q = losses.action_value(q_values, steps["actions"])
+    loss = losses.l2(jax.lax.stop_gradient(steps["targets"]) - q).mean()
+    return loss, {"loss": loss, "q_mean": q.mean()}
+
+
+def recurrent_lambda_update(
+    config: LambdaConfig, state: LambdaState, value: BootstrapValue
+) -> tuple[LambdaState, dict[str, jax.Array]]:
+    """`lambda_update` of a recurrent Q-network: next values `value(Q(h_{t+1}, o_{t+1}), epsilon)` from the
+    rollout's own states (at a truncation, one more core step from h'_t on the final observation), lambda-return
+    targets, then `update_epochs` x `num_minibatches` regression steps on whole environment sequences."""
+    env = make_env(config)
+    network = make_network(config, env.spec)
+    key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
+    epsilon = epsilon_at(config, state.iteration)
+
+    def step(h, obs, start, k):
+        h, q = network.apply(state.params, h, obs[None], start[None])
+        action, log_prob = epsilon_greedy(q[0], epsilon).sample_and_log_prob(seed=k)
+        return h, action, log_prob, value(q[0], epsilon)
+
+    def successor_value(h, obs, start):
+        return value(network.apply(state.params, h, obs[None], start[None])[1][0], epsilon)
+
+    carry, memory, traj, sequences = recurrent_rollout(
+        env, step, successor_value, state.env, state.memory, rollout_key, config.num_steps
+    )
+    targets = lambda_targets(config, traj)
+    steps = {"obs": traj.obs, "actions": traj.actions, "targets": targets, "starts": sequences.starts}
+    grad_fn = jax.grad(functools.partial(recurrent_regression_loss, network=network), has_aux=True)
+    params, opt_state, stats = sequence_minibatch_epochs(
+        grad_fn,
+        lambda_optimizer(config),
+        state.params,
+        state.opt_state,
+        steps,
+        sequences.initial_hidden,
+        shuffle_key,
+        config.update_epochs,
+        config.num_minibatches,
+    )
+    metrics = {**episode_metrics(traj), **jax.tree.map(jnp.mean, stats), "epsilon": epsilon}
+    return LambdaState(params, opt_state, carry, key, state.iteration + 1, memory), metrics

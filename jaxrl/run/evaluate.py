@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl import envs
+from jaxrl.rollout import RecurrentAct
 
 
 def evaluate(
@@ -18,6 +19,8 @@ def evaluate(
     Every episode runs in its own env until it ends (terminated or truncated); its first completion is
     recorded and later steps (after gymnax's auto-reset) are ignored. `max_steps` defaults to the env's time
     limit. `normalize(obs)` is applied to observations when the policy was trained on normalised ones.
+    A policy with memory (`rollout.RecurrentAct`) starts from `act.initial(E)` and is told each episode's start
+    (so its state is zeroed there, after gymnax's auto-reset too).
     Returns per-episode `returns` and `lengths` [E], their means over the finished episodes (`mean_return`
     is 0 and `mean_length` NaN when none finished) and the number `finished`.
     """
@@ -26,19 +29,25 @@ def evaluate(
     normalize = normalize or (lambda obs: obs)
     reset_key, run_key = jax.random.split(key)
     obs, state = env.reset(reset_key)
+    memory = (act.initial(num_episodes), jnp.ones(num_episodes, bool)) if isinstance(act, RecurrentAct) else None
 
     def step(carry, keys):
-        obs, state, returns, lengths, finished = carry
-        action = act(normalize(obs), keys[0])
+        obs, state, returns, lengths, finished, memory = carry
+        if memory is None:
+            action = act(normalize(obs), keys[0])
+        else:
+            hidden, action = act.step(memory[0], normalize(obs), memory[1], keys[0])
         obs, state, _, _, _, info = env.step(keys[1], state, action)
+        if memory is not None:
+            memory = (hidden, info["episode_done"])
         first_end = info["episode_done"] & ~finished
         returns = jnp.where(first_end, info["episode_return"], returns)
         lengths = jnp.where(first_end, info["episode_length"], lengths)
-        return (obs, state, returns, lengths, finished | info["episode_done"]), None
+        return (obs, state, returns, lengths, finished | info["episode_done"], memory), None
 
     zeros = jnp.zeros(num_episodes, jnp.float32)
-    carry = (obs, state, zeros, zeros.astype(jnp.int32), jnp.zeros(num_episodes, bool))
-    (_, _, returns, lengths, finished), _ = jax.lax.scan(step, carry, jax.random.split(run_key, (limit, 2)))
+    carry = (obs, state, zeros, zeros.astype(jnp.int32), jnp.zeros(num_episodes, bool), memory)
+    (_, _, returns, lengths, finished, _), _ = jax.lax.scan(step, carry, jax.random.split(run_key, (limit, 2)))
     count = finished.sum()
     return {
         "returns": jnp.where(finished, returns, jnp.nan),
