@@ -17,7 +17,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from benchmarks.common import measure, write_json
+from benchmarks.common import binned_curve, measure, write_json
 from jaxrl.algos import ALGORITHMS
 from jaxrl.run.report import final_return, stability
 
@@ -41,6 +41,7 @@ def run_one(name: str, scale: float, seeds: int, seed: int = 0) -> dict:
         "final_per_seed": [round(float(x), 1) for x in final_return(returns)],
         "compile_s": round(compile_s, 1),
         "run_s": round(run_s, 1),
+        "curve": binned_curve(returns, config.env_steps_per_iteration),  # (env steps, returns [seeds, <= 200])
     }
 
 

@@ -49,17 +49,19 @@ def stability(episode_return: np.ndarray, fraction: float = FINAL_FRACTION) -> d
     window of that width anywhere in the run, on the seed-mean curve of `episode_return` [seeds, iterations], and
     seed by seed.
 
-    drop = (best - final) / (best - first): the fraction of what the run learned (from its first window, the
-    untrained policy, to its best) lost by the end; 0 when it ends at its best, 1 when it ends where it began.
+    drop = (best - final) / (best - first): the fraction of what the run learned (from `first`, the return of its
+    first iteration with a finished episode, the untrained policy's, to its best window) lost by the end; 0 when it
+    ends at its best, 1 when it ends where it began.
     (A fraction of |best| instead would call Pendulum's -137 -> -150, both solved, a 10% collapse, and CartPole's
     500 -> 9 a 98% one: the learned range measures both on one scale.) `worst_seed_drop` is the largest drop of
     any one seed. The runs "hold" when both are <= 0.05."""
     curve = np.asarray(episode_return, np.float64).reshape(-1, np.shape(episode_return)[-1])
     finite = np.isfinite(curve)
     mean = np.where(finite.any(0), np.where(finite, curve, 0.0).sum(0) / np.maximum(finite.sum(0), 1), np.nan)
-    windows = window_returns(np.concatenate([mean[None], curve]), fraction)
+    rows = np.concatenate([mean[None], curve])
+    windows = window_returns(rows, fraction)
     best, final = np.nanmax(windows, -1), windows[:, -1]
-    first = np.array([row[np.isfinite(row)][0] if np.isfinite(row).any() else np.nan for row in windows])
+    first = np.array([row[np.isfinite(row)][0] if np.isfinite(row).any() else np.nan for row in rows])
     drops = (best - final) / np.maximum(best - first, 1e-8)
     return {
         "best": float(best[0]),
