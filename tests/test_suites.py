@@ -1,0 +1,256 @@
+"""Tests for jaxrl.suites: each suite's adapter against the suite's own signals, and one learning check per suite.
+
+Every contract test steps a few hundred random actions through `envs.make("<suite>:<Name>")` in one jitted scan
+and recomputes, from the pre-step state with the suite's own step function and flags (the `oracle`), what
+terminated, truncated and the true successor observation must be. The suites are optional extras: a test is
+skipped when its package is not installed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl import envs, ppo, suites
+
+
+def random_actions(spec, key, num_envs):
+    if spec.discrete:
+        return jax.random.randint(key, (num_envs,), 0, spec.action_dim)
+    return jax.random.uniform(key, (num_envs, spec.action_dim), minval=spec.action_low, maxval=spec.action_high)
+
+
+def make_runner(env, num_steps, oracle):
+    """run(key) -> (obs0, dict of [T, N, ...]): the adapter's outputs, and `oracle(adapter_state, action)` ->
+    (terminated, truncated, successor obs) of the suite itself from the same pre-step states."""
+
+    def run(key):
+        reset_key, scan_key = jax.random.split(key)
+        obs0, state0 = env.reset(reset_key)
+
+        def step(state, k):
+            action_key, env_key = jax.random.split(k)
+            action = random_actions(env.spec, action_key, env.num_envs)
+            suite_terminated, suite_truncated, suite_obs = oracle(state.inner, action)
+            obs, state, reward, terminated, truncated, info = env.step(env_key, state, action)
+            out = dict(
+                obs=obs,
+                reward=reward,
+                terminated=terminated,
+                truncated=truncated,
+                final_observation=info["final_observation"],
+                episode_length=info["episode_length"],
+                suite_terminated=suite_terminated,
+                suite_truncated=suite_truncated,
+                suite_obs=suite_obs,
+            )
+            return state, out
+
+        _, out = jax.lax.scan(step, state0, jax.random.split(scan_key, num_steps))
+        return obs0, out
+
+    return run
+
+
+def check_contract(env_id, oracle, num_envs=4, num_steps=200, time_limit=None, reset_obs_fixed=False, **kwargs):
+    """The checks every suite shares; returns the rollout for suite-specific ones."""
+    env = envs.make(env_id, num_envs, **kwargs)
+    # one compiled program: seeds 0, 1 and 0 again, vmapped
+    keys = jnp.stack([jax.random.key_data(jax.random.key(s)) for s in (0, 1, 0)])
+    runs = jax.jit(jax.vmap(lambda k: make_runner(env, num_steps, oracle)(jax.random.wrap_key_data(k))))(keys)
+    runs = jax.tree.map(np.asarray, runs)
+    obs0, out = jax.tree.map(lambda x: x[0], runs)
+    shape = env.spec.observation_shape
+    # shapes and dtypes
+    assert obs0.shape == (num_envs, *shape) and obs0.dtype == np.float32
+    assert out["obs"].shape == (num_steps, num_envs, *shape) and out["obs"].dtype == np.float32
+    assert out["final_observation"].shape == out["obs"].shape
+    assert out["reward"].shape == (num_steps, num_envs) and out["reward"].dtype == np.float32
+    assert out["terminated"].dtype == bool and out["truncated"].dtype == bool
+    # terminated / truncated are the suite's own, and both happen in the window
+    np.testing.assert_array_equal(out["terminated"], out["suite_terminated"])
+    np.testing.assert_array_equal(out["truncated"], out["suite_truncated"] & ~out["suite_terminated"])
+    assert out["truncated"].any(), "no truncation in the window: lower the time limit"
+    # final_observation is the true successor; the returned obs is it inside an episode, a reset one at an end
+    np.testing.assert_allclose(out["final_observation"], out["suite_obs"], rtol=1e-6, atol=1e-6)
+    done = out["terminated"] | out["truncated"]
+    np.testing.assert_array_equal(out["obs"][~done], out["final_observation"][~done])
+    if reset_obs_fixed:
+        np.testing.assert_array_equal(out["obs"][done], np.broadcast_to(obs0[0], out["obs"][done].shape))
+    if time_limit is not None:
+        np.testing.assert_array_equal(out["episode_length"][out["truncated"]], time_limit)
+        assert (out["episode_length"][done] <= time_limit).all()
+        assert env.max_truncations(num_steps) >= out["truncated"].sum()
+    # deterministic under a key (seed 0 twice in one vmapped batch); another seed gives another rollout
+    jax.tree.map(np.testing.assert_array_equal, (obs0, out), jax.tree.map(lambda x: x[2], runs))
+    assert not np.array_equal(runs[1]["obs"][0], runs[1]["obs"][1])
+    return env, obs0, out
+
+
+def final_returns(config, seeds=2):
+    """Mean return of the episodes completed in the last 5 iterations, per seed."""
+    _, metrics = jax.jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(0), seeds))
+    return np.nanmean(np.asarray(metrics["episode_return"])[:, -5:], axis=1), metrics
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ids, errors, registration (no extra needed)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_unknown_prefix_names_the_suites():
+    with pytest.raises(ValueError, match="unknown suite prefix 'nope'.*navix:"):
+        envs.make("nope:Thing-v0")
+
+
+def test_missing_extra_names_the_install_command(monkeypatch):
+    monkeypatch.setitem(suites.SUITES, "navix", suites.Suite("jaxrl_no_such_package", "navix:x"))
+    with pytest.raises(ValueError, match=r'pip install "jaxrl\[navix\]"') as error:
+        envs.check_env_id("navix:Navix-Empty-5x5-v0")
+    assert isinstance(error.value, ImportError) and "\n" not in str(error.value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Navix
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def navix_oracle(name, max_steps):
+    navix = pytest.importorskip("navix")
+    raw = navix.make(name, max_steps=max_steps)
+
+    def oracle(timesteps, action):
+        nxt = jax.vmap(raw._step)(timesteps, action)
+        return nxt.is_termination(), nxt.is_truncation(), nxt.observation.astype(jnp.float32)
+
+    return oracle
+
+
+def test_navix_contract():
+    """Navix-Empty-5x5 with a 12-step limit, 8 envs x 200 random steps: step_type TERMINATION -> terminated (the
+    goal, reward > 0), TRUNCATION -> truncated at exactly 12 steps; the symbolic [5, 5, 3] grid kept as an image."""
+    oracle = navix_oracle("Navix-Empty-5x5-v0", 12)
+    env, _, out = check_contract(
+        "navix:Navix-Empty-5x5-v0", oracle, num_envs=8, time_limit=12, reset_obs_fixed=True, max_steps=12
+    )
+    assert env.spec.observation_shape == (5, 5, 3) and env.spec.discrete and env.spec.action_dim == 7
+    assert out["terminated"].any()
+    np.testing.assert_array_equal(out["terminated"], out["reward"] > 0)
+
+
+@pytest.mark.slow
+def test_ppo_learns_navix_empty():
+    """PPO defaults (16 envs x 64 steps, MLP over the [5, 5, 3] grid) on Navix-Empty-5x5 (limit 100): 50k steps,
+    2 seeds. Measured: final return 0.998 / 1.000, episode length 5.3 / 5.6 (the shortest path is 5 steps;
+    random: return ~0.6). Asserted: return >= 0.95 and length <= 8 on both seeds."""
+    config = ppo.Config(env="navix:Navix-Empty-5x5-v0", total_timesteps=50_000)
+    returns, metrics = final_returns(config)
+    lengths = np.nanmean(np.asarray(metrics["episode_length"])[:, -5:], axis=1)
+    assert (returns >= 0.95).all(), returns
+    assert (lengths <= 8).all(), lengths
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Your own environment: jaxrl.envs.register (Python) and --env-module (CLI)
+# ---------------------------------------------------------------------------------------------------------------
+
+CORRIDOR = '''
+import jax
+import jax.numpy as jnp
+from flax import struct
+from gymnax.environments import environment, spaces
+
+from jaxrl import envs
+
+
+@struct.dataclass
+class State(environment.EnvState):
+    position: jax.Array
+
+
+class Corridor(environment.Environment):
+    """Walk right (action 1) from cell 0 to cell `length - 1`: reward 1 and the episode ends there."""
+
+    def __init__(self, length: int = 5):
+        self.length = length
+
+    @property
+    def default_params(self):
+        return environment.EnvParams(max_steps_in_episode=20)
+
+    def step_env(self, key, state, action, params):
+        position = jnp.clip(state.position + 2 * action - 1, 0, self.length - 1)
+        state = State(time=state.time + 1, position=position)
+        at_goal = position == self.length - 1
+        return self.get_obs(state, params), state, at_goal.astype(jnp.float32), at_goal, {}
+
+    def reset_env(self, key, params):
+        state = State(time=0, position=jnp.int32(0))
+        return self.get_obs(state, params), state
+
+    def get_obs(self, state, params=None, key=None):
+        return jax.nn.one_hot(state.position, self.length)
+
+    def action_space(self, params):
+        return spaces.Discrete(2)
+
+    def observation_space(self, params):
+        return spaces.Box(0.0, 1.0, (self.length,))
+
+
+envs.register("mine:Corridor-v0", Corridor)
+'''
+
+
+@pytest.fixture
+def corridor_module(tmp_path, monkeypatch):
+    (tmp_path / "my_corridor.py").write_text(CORRIDOR)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "my_corridor"
+    envs._REGISTERED.pop("mine:Corridor-v0", None)
+    sys.modules.pop("my_corridor", None)
+
+
+def test_registered_gymnax_env_trains_with_ppo(corridor_module):
+    """A gymnax-API environment registered under an id of one's own: make() vectorises it with its time limit
+    (20 steps -> at most ceil(T / 20) truncations per env), and PPO learns it (walk right: return 1 in 4 steps)."""
+    __import__(corridor_module)
+    env = envs.make("mine:Corridor-v0", 4)
+    assert env.spec.observation_shape == (5,) and env.spec.action_dim == 2 and env.max_truncations(64) == 16
+    assert envs.make("mine:Corridor-v0", 2, length=7).spec.observation_shape == (7,)  # keywords reach the factory
+    config = ppo.Config(env="mine:Corridor-v0", num_envs=8, num_steps=16, total_timesteps=8 * 16 * 40)
+    returns, metrics = final_returns(config, seeds=1)
+    assert returns[0] >= 0.99 and np.nanmean(np.asarray(metrics["episode_length"])[0, -5:]) <= 4.5
+
+
+def test_registered_vec_env_and_refused_ids():
+    """`vectorised=True` takes a VecEnv-contract object as it is; suite prefixes and gymnax ids are refused."""
+    envs.register("mine:Cart-v0", lambda num_envs: envs.make("CartPole-v1", num_envs).inner, vectorised=True)
+    try:
+        env = envs.make("mine:Cart-v0", 3)
+        obs, _ = env.reset(jax.random.key(0))
+        assert obs.shape == (3, 4) and isinstance(env, envs.EpisodeStatistics)
+    finally:
+        envs._REGISTERED.pop("mine:Cart-v0")
+    with pytest.raises(ValueError, match="belongs to jaxrl's navix suite"):
+        envs.register("navix:Mine-v0", lambda: None)
+    with pytest.raises(ValueError, match="is a gymnax environment"):
+        envs.register("CartPole-v1", lambda: None)
+
+
+def test_cli_env_module_registers_for_train(corridor_module, tmp_path):
+    """`jaxrl --env-module MODULE train ppo --env mine:Corridor-v0` imports MODULE first; without it the id is
+    an unknown suite, one line."""
+    from jaxrl import cli
+
+    flags = "--num-envs 4 --num-steps 8 --total-timesteps 64 --num-minibatches 2 --update-epochs 1 --no-progress"
+    argv = ["train", "ppo", "--env", "mine:Corridor-v0", *flags.split(), "--run-dir", str(tmp_path / "run")]
+    assert cli.main(["--env-module", corridor_module, *argv, "--compile-cache", "none"]) == 0
+    assert (tmp_path / "run" / "config.json").exists()
+    envs._REGISTERED.pop("mine:Corridor-v0", None)
+    sys.modules.pop(corridor_module, None)
+    assert cli.main([*argv[:-1], str(tmp_path / "run2"), "--compile-cache", "none"]) == 2
