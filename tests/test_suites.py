@@ -25,8 +25,8 @@ def random_actions(spec, key, num_envs):
 
 
 def make_runner(env, num_steps, oracle):
-    """run(key) -> (obs0, dict of [T, N, ...]): the adapter's outputs, and `oracle(adapter_state, action)` ->
-    (terminated, truncated, successor obs) of the suite itself from the same pre-step states."""
+    """run(key) -> (obs0, dict of [T, N, ...]): the adapter's outputs, and `oracle(adapter_state, action, keys)`
+    -> (terminated, truncated, successor obs) of the suite itself from the same pre-step states and step keys."""
 
     def run(key):
         reset_key, scan_key = jax.random.split(key)
@@ -35,7 +35,8 @@ def make_runner(env, num_steps, oracle):
         def step(state, k):
             action_key, env_key = jax.random.split(k)
             action = random_actions(env.spec, action_key, env.num_envs)
-            suite_terminated, suite_truncated, suite_obs = oracle(state.inner, action)
+            step_keys = jax.random.split(env_key, (2, env.num_envs))[0]  # the keys AutoResetVecEnv steps with
+            suite_terminated, suite_truncated, suite_obs = oracle(state.inner, action, step_keys)
             obs, state, reward, terminated, truncated, info = env.step(env_key, state, action)
             out = dict(
                 obs=obs,
@@ -123,7 +124,7 @@ def navix_oracle(name, max_steps):
     navix = pytest.importorskip("navix")
     raw = navix.make(name, max_steps=max_steps)
 
-    def oracle(timesteps, action):
+    def oracle(timesteps, action, keys):
         nxt = jax.vmap(raw._step)(timesteps, action)
         return nxt.is_termination(), nxt.is_truncation(), nxt.observation.astype(jnp.float32)
 
@@ -152,6 +153,36 @@ def test_ppo_learns_navix_empty():
     lengths = np.nanmean(np.asarray(metrics["episode_length"])[:, -5:], axis=1)
     assert (returns >= 0.95).all(), returns
     assert (lengths <= 8).all(), lengths
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Craftax
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def craftax_oracle(name, max_timesteps):
+    craftax_env = pytest.importorskip("craftax.craftax_env")
+    raw = craftax_env.make_craftax_env_from_name(name, auto_reset=False)
+    params = raw.default_params.replace(max_timesteps=max_timesteps)
+
+    def oracle(states, action, keys):
+        obs, nxt, _, done, _ = jax.vmap(raw.step_env, in_axes=(0, 0, 0, None))(keys, states, action, params)
+        time_up = nxt.timestep >= params.max_timesteps
+        return done & ~time_up, time_up, obs
+
+    return oracle
+
+
+@pytest.mark.slow  # Craftax's step compiles for about a minute on CPU
+def test_craftax_classic_contract():
+    """Craftax-Classic-Symbolic with a 25-step limit, 4 envs x 100 random steps: done without the time limit ->
+    terminated, the time limit -> truncated at exactly 25 steps; the flat symbolic vector (1345 floats)."""
+    pytest.importorskip("craftax")
+    oracle = craftax_oracle("Craftax-Classic-Symbolic-v1", 25)
+    env, _, _ = check_contract(
+        "craftax:Craftax-Classic-Symbolic-v1", oracle, num_steps=100, time_limit=25, max_timesteps=25
+    )
+    assert env.spec.observation_shape == (1345,) and env.spec.action_dim == 17
 
 
 # ---------------------------------------------------------------------------------------------------------------

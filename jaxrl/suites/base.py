@@ -91,12 +91,18 @@ class AutoResetVecEnv:
         obs, stepped, reward, terminated, truncated = jax.vmap(self.step_fn)(keys[0], state, action)
         terminated, truncated = terminated.astype(bool), truncated.astype(bool)
         done = terminated | truncated
-        reset_obs, reset_state = jax.vmap(self.reset_fn)(keys[1])
-        state = where_done(done, reset_state, stepped)
+
+        def reset_ended(_):
+            reset_obs, reset_state = jax.vmap(self.reset_fn)(keys[1])
+            return where_done(done, reset_obs, obs), where_done(done, reset_state, stepped)
+
+        # resets (Craftax generates a world) run only in steps where some episode ended; under a vmap over
+        # seeds the cond becomes a select and both branches run, as a plain select would
+        next_obs, state = jax.lax.cond(done.any(), reset_ended, lambda _: (obs, stepped), None)
         info = {"final_observation": obs}
         if self.extras is not None:
             info.update(self.extras(state))
-        return where_done(done, reset_obs, obs), state, reward.astype(jnp.float32), terminated, truncated, info
+        return next_obs, state, reward.astype(jnp.float32), terminated, truncated, info
 
 
 def observation_shape(reset_fn: ResetFn) -> tuple[int, ...]:
