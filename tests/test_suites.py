@@ -57,7 +57,9 @@ def make_runner(env, num_steps, oracle):
     return run
 
 
-def check_contract(env_id, oracle, num_envs=4, num_steps=200, time_limit=None, reset_obs_fixed=False, **kwargs):
+def check_contract(
+    env_id, oracle, num_envs=4, num_steps=200, limit=None, reset_obs_fixed=False, truncates=True, **kwargs
+):
     """The checks every suite shares; returns the rollout for suite-specific ones."""
     env = envs.make(env_id, num_envs, **kwargs)
     # one compiled program: seeds 0, 1 and 0 again, vmapped
@@ -75,16 +77,16 @@ def check_contract(env_id, oracle, num_envs=4, num_steps=200, time_limit=None, r
     # terminated / truncated are the suite's own, and both happen in the window
     np.testing.assert_array_equal(out["terminated"], out["suite_terminated"])
     np.testing.assert_array_equal(out["truncated"], out["suite_truncated"] & ~out["suite_terminated"])
-    assert out["truncated"].any(), "no truncation in the window: lower the time limit"
+    assert out["truncated"].any() == truncates, "no truncation in the window: lower the time limit"
     # final_observation is the true successor; the returned obs is it inside an episode, a reset one at an end
     np.testing.assert_allclose(out["final_observation"], out["suite_obs"], rtol=1e-6, atol=1e-6)
     done = out["terminated"] | out["truncated"]
     np.testing.assert_array_equal(out["obs"][~done], out["final_observation"][~done])
     if reset_obs_fixed:
         np.testing.assert_array_equal(out["obs"][done], np.broadcast_to(obs0[0], out["obs"][done].shape))
-    if time_limit is not None:
-        np.testing.assert_array_equal(out["episode_length"][out["truncated"]], time_limit)
-        assert (out["episode_length"][done] <= time_limit).all()
+    if limit is not None:  # the suite's time limit, after which it truncates
+        np.testing.assert_array_equal(out["episode_length"][out["truncated"]], limit)
+        assert (out["episode_length"][done] <= limit).all()
         assert env.max_truncations(num_steps) >= out["truncated"].sum()
     # deterministic under a key (seed 0 twice in one vmapped batch); another seed gives another rollout
     jax.tree.map(np.testing.assert_array_equal, (obs0, out), jax.tree.map(lambda x: x[2], runs))
@@ -136,7 +138,7 @@ def test_navix_contract():
     goal, reward > 0), TRUNCATION -> truncated at exactly 12 steps; the symbolic [5, 5, 3] grid kept as an image."""
     oracle = navix_oracle("Navix-Empty-5x5-v0", 12)
     env, _, out = check_contract(
-        "navix:Navix-Empty-5x5-v0", oracle, num_envs=8, time_limit=12, reset_obs_fixed=True, max_steps=12
+        "navix:Navix-Empty-5x5-v0", oracle, num_envs=8, limit=12, reset_obs_fixed=True, max_steps=12
     )
     assert env.spec.observation_shape == (5, 5, 3) and env.spec.discrete and env.spec.action_dim == 7
     assert out["terminated"].any()
@@ -180,9 +182,7 @@ def test_craftax_classic_contract():
     terminated, the time limit -> truncated at exactly 25 steps; the flat symbolic vector (1345 floats)."""
     pytest.importorskip("craftax")
     oracle = craftax_oracle("Craftax-Classic-Symbolic-v1", 25)
-    env, _, _ = check_contract(
-        "craftax:Craftax-Classic-Symbolic-v1", oracle, num_steps=100, time_limit=25, max_timesteps=25
-    )
+    env, _, _ = check_contract("craftax:Craftax-Classic-Symbolic-v1", oracle, num_steps=100, limit=25, max_timesteps=25)
     assert env.spec.observation_shape == (1345,) and env.spec.action_dim == 17
 
 
@@ -207,7 +207,7 @@ def test_xminigrid_contract():
     goal, reward > 0), LAST with discount 1 -> truncated at exactly 10 steps; the [7, 7, 2] view kept as an image."""
     oracle = xminigrid_oracle("MiniGrid-Empty-5x5", 10)
     env, _, out = check_contract(
-        "xminigrid:MiniGrid-Empty-5x5", oracle, num_envs=8, time_limit=10, reset_obs_fixed=True, max_steps=10
+        "xminigrid:MiniGrid-Empty-5x5", oracle, num_envs=8, limit=10, reset_obs_fixed=True, max_steps=10
     )
     assert env.spec.observation_shape == (7, 7, 2) and env.spec.discrete and env.spec.action_dim == 6
     assert out["terminated"].any()
@@ -224,6 +224,41 @@ def test_ppo_learns_xminigrid_empty():
     lengths = np.nanmean(np.asarray(metrics["episode_length"])[:, -5:], axis=1)
     assert (returns >= 0.9).all(), returns
     assert (lengths <= 10).all(), lengths
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Jumanji
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def jumanji_oracle(name, **kwargs):
+    jumanji = pytest.importorskip("jumanji")
+    from jaxrl.suites.base import flatten_observation
+
+    raw = jumanji.make(name, **kwargs)
+
+    def oracle(carry, action, keys):
+        _, timestep = jax.vmap(raw.step)(carry[0], action)
+        obs = jax.vmap(flatten_observation)(timestep.observation)
+        return timestep.last() & (timestep.discount == 0), timestep.last() & (timestep.discount > 0), obs
+
+    return oracle
+
+
+def test_jumanji_snake_contract():
+    """Snake-v1 on a 6x6 board with a 30-step limit, 8 envs x 200 random steps: LAST with discount 0 ->
+    terminated; Snake ends its time limit with Jumanji's `termination` too, so truncated stays False (the suite's
+    own signal), and episodes are at most 30 steps. Observation: grid [6, 6, 5], step count, action mask [4]
+    flattened to 185 floats; `info["action_mask"]` is the mask of the returned observation."""
+    kwargs = dict(num_rows=6, num_cols=6, time_limit=30)
+    oracle = jumanji_oracle("Snake-v1", **kwargs)
+    env, _, out = check_contract("jumanji:Snake-v1", oracle, num_envs=8, truncates=False, **kwargs)
+    assert env.spec.observation_shape == (6 * 6 * 5 + 1 + 4,) and env.spec.discrete and env.spec.action_dim == 4
+    assert out["terminated"].any() and (out["episode_length"] <= 30).all()
+    assert env.max_truncations(200) == 200 * 8  # Jumanji has no truncation-only time limit to bound it by
+    obs, state = env.reset(jax.random.key(0))
+    _, _, _, _, _, info = env.step(jax.random.key(1), state, jnp.zeros(8, jnp.int32))
+    assert info["action_mask"].shape == (8, 4) and info["action_mask"].dtype == bool
 
 
 # ---------------------------------------------------------------------------------------------------------------
