@@ -261,6 +261,23 @@ def test_jumanji_snake_contract():
     assert info["action_mask"].shape == (8, 4) and info["action_mask"].dtype == bool
 
 
+@pytest.mark.slow
+def test_ppo_learns_jumanji_snake():
+    """PPO defaults with normalize_observations (the step count grows to the 4000-step limit) on Snake-v1 on a 6x6
+    board, registered as an id of its own (Config.env is a string; the board size is a constructor keyword):
+    100k steps, 2 seeds. Measured: final return (fruits per episode) 8.87 / 8.57 from 0.17 / 0.19 in the first
+    iterations. Asserted: >= 4 on both seeds."""
+    pytest.importorskip("jumanji")
+    factory = lambda num_envs: suites.make("jumanji:Snake-v1", num_envs, num_rows=6, num_cols=6)  # noqa: E731
+    envs.register("test:Snake-6x6-v1", factory, vectorised=True)
+    try:
+        config = ppo.Config(env="test:Snake-6x6-v1", total_timesteps=100_000, normalize_observations=True)
+        returns, _ = final_returns(config)
+    finally:
+        envs._REGISTERED.pop("test:Snake-6x6-v1")
+    assert (returns >= 4).all(), returns
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Your own environment: jaxrl.envs.register (Python) and --env-module (CLI)
 # ---------------------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import jumanji
 from jumanji import specs
@@ -40,8 +41,10 @@ def action_mask(observation):
 
 
 def make(name: str, num_envs: int, **kwargs) -> AutoResetVecEnv:
-    env = jumanji.make(name, **kwargs)
-    action_spec = env.action_spec
+    with jax.ensure_compile_time_eval():  # Jumanji's specs check concrete values: build them eagerly under jit too
+        env = jumanji.make(name, **kwargs)
+        action_spec = env.action_spec
+        has_mask = action_mask(env.observation_spec.generate_value()) is not None
 
     def reset(key):
         state, timestep = env.reset(key)
@@ -66,6 +69,5 @@ def make(name: str, num_envs: int, **kwargs) -> AutoResetVecEnv:
             f"{env_id}: its action spec {action_spec!r} is neither one DiscreteArray nor one 1-D BoundedArray; jaxrl "
             "supports those two (multi-discrete and multi-agent Jumanji actions are not adapted yet)."
         )
-    has_mask = action_mask(env.observation_spec.generate_value()) is not None
     extras = (lambda carry: {"action_mask": carry[1]}) if has_mask else None
     return AutoResetVecEnv(reset, step, num_envs, spec, None, extras)
