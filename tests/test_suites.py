@@ -279,6 +279,51 @@ def test_ppo_learns_jumanji_snake():
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Brax
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def brax_oracle(env):
+    """Brax's own flags from the adapter's (EpisodeWrapper-wrapped) environment: done and info["truncation"]."""
+
+    def oracle(states, action, keys):
+        action = jnp.clip(action, env.spec.action_low, env.spec.action_high)
+        nxt = jax.vmap(env.suite_env.step)(states, action)
+        truncated = nxt.info["truncation"] > 0
+        return (nxt.done > 0) & ~truncated, truncated, nxt.obs
+
+    return oracle
+
+
+@pytest.mark.slow  # Brax's step compiles for about a minute on CPU
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_brax_inverted_pendulum_contract():
+    """inverted_pendulum with an 8-step episode limit, 4 envs x 100 random actions in its ctrlrange [-3, 3]:
+    EpisodeWrapper's done without info["truncation"] -> terminated (the pole fell), with it -> truncated at
+    exactly 8 steps; the 4-float observation; actions bounded by the actuator's ctrlrange."""
+    pytest.importorskip("brax")
+    env = envs.make("brax:inverted_pendulum", 4, episode_length=8)
+    np.testing.assert_array_equal(env.spec.action_low, [-3.0])
+    np.testing.assert_array_equal(env.spec.action_high, [3.0])
+    _, _, out = check_contract("brax:inverted_pendulum", brax_oracle(env), num_steps=100, limit=8, episode_length=8)
+    assert out["terminated"].any()
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_ppo_learns_brax_inverted_pendulum():
+    """PPO defaults with normalize_observations and learning_rate 3e-4 on inverted_pendulum (limit 1000, reward 1
+    per step upright): 100k steps, 2 seeds. Measured: final return 193 / 140 (best iteration 236 / 179) from 5.3
+    in the first iterations, 169 s with compilation on a loaded 2-core CPU. Asserted: >= 50 on both seeds."""
+    pytest.importorskip("brax")
+    config = ppo.Config(
+        env="brax:inverted_pendulum", total_timesteps=100_000, learning_rate=3e-4, normalize_observations=True
+    )
+    returns, _ = final_returns(config)
+    assert (returns >= 50).all(), returns
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Your own environment: jaxrl.envs.register (Python) and --env-module (CLI)
 # ---------------------------------------------------------------------------------------------------------------
 

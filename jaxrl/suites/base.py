@@ -61,6 +61,7 @@ class AutoResetVecEnv:
     holds the true successor of every env. `extras(state) -> dict` (optional) adds per-env entries about the
     returned state to `info` (e.g. Jumanji's action mask). `time_limit` is the suite's episode limit when the
     suite truncates only there (it bounds `max_truncations`), None when truncations may come at any step.
+    `suite_env` is the suite's own environment object the functions step (for tests and benchmarks).
     """
 
     def __init__(
@@ -71,9 +72,10 @@ class AutoResetVecEnv:
         spec: EnvSpec,
         time_limit: int | None,
         extras: Callable[[Any], dict] | None = None,
+        suite_env: Any = None,
     ):
         self.reset_fn, self.step_fn, self.num_envs, self.spec = reset_fn, step_fn, num_envs, spec
-        self.time_limit, self.extras = time_limit, extras
+        self.time_limit, self.extras, self.suite_env = time_limit, extras, suite_env
         self.params = EpisodeLimit(time_limit)
 
     def max_truncations(self, num_steps: int) -> int:

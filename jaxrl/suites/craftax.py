@@ -42,4 +42,4 @@ def make(name: str, num_envs: int, **params) -> AutoResetVecEnv:
         return as_observation(obs), state, reward, terminated, done & ~terminated
 
     spec = discrete_spec(f"{PREFIX}:{name}", reset, env.action_space(params).n)
-    return AutoResetVecEnv(reset, step, num_envs, spec, int(params.max_timesteps))
+    return AutoResetVecEnv(reset, step, num_envs, spec, int(params.max_timesteps), suite_env=(env, params))

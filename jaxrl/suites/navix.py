@@ -52,4 +52,4 @@ def make(name: str, num_envs: int, **kwargs) -> AutoResetVecEnv:
         )
 
     spec = discrete_spec(f"{PREFIX}:{name}", reset, len(env.action_set))
-    return AutoResetVecEnv(reset, step, num_envs, spec, env.max_steps)
+    return AutoResetVecEnv(reset, step, num_envs, spec, env.max_steps, suite_env=env)

@@ -43,4 +43,4 @@ def make(name: str, num_envs: int, **params) -> AutoResetVecEnv:
         return as_observation(timestep.observation), timestep, timestep.reward, last & ended, last & ~ended
 
     spec = discrete_spec(f"{PREFIX}:{name}", reset, env.num_actions(env_params))
-    return AutoResetVecEnv(reset, step, num_envs, spec, int(env_params.max_steps))
+    return AutoResetVecEnv(reset, step, num_envs, spec, int(env_params.max_steps), suite_env=(env, env_params))
