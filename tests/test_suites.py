@@ -324,6 +324,26 @@ def test_ppo_learns_brax_inverted_pendulum():
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# MuJoCo Playground
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # MJX's step compiles for about a minute on CPU
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_playground_cartpole_balance_contract():
+    """CartpoleBalance (MJX impl "jax") with a 20-step episode limit, 4 envs x 100 random actions in [-1, 1]: the
+    task never terminates (dm_control), EpisodeWrapper's info["truncation"] -> truncated at exactly 20 steps."""
+    pytest.importorskip("mujoco_playground")
+    env = envs.make("playground:CartpoleBalance", 4, episode_length=20)
+    assert env.spec.observation_shape == (5,) and not env.spec.discrete
+    np.testing.assert_array_equal(env.spec.action_high, [1.0])
+    _, _, out = check_contract(
+        "playground:CartpoleBalance", brax_oracle(env), num_steps=100, limit=20, episode_length=20
+    )
+    assert not out["terminated"].any()
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Your own environment: jaxrl.envs.register (Python) and --env-module (CLI)
 # ---------------------------------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from brax import envs as brax_envs
 from brax.envs.wrappers.training import EpisodeWrapper
 
-from jaxrl.suites.base import AutoResetVecEnv, box_spec
+from jaxrl.suites.base import AutoResetVecEnv, as_observation, box_spec
 
 PREFIX = "brax"
 
@@ -31,11 +31,11 @@ def ids() -> list[str]:
 def action_bounds(env) -> tuple[jax.Array, jax.Array]:
     """[A] low and high: the actuators' ctrlrange where ctrllimited, else [-1, 1]."""
     size = env.action_size
-    sys = getattr(env, "sys", None)
-    limited = getattr(sys, "actuator_ctrllimited", None)
+    model = getattr(env, "sys", None) or getattr(env, "mj_model", None)  # Brax's System, Playground's MjModel
+    limited = getattr(model, "actuator_ctrllimited", None)
     if limited is None or len(limited) != size:
         return -jnp.ones(size), jnp.ones(size)
-    ranges = jnp.asarray(sys.actuator_ctrlrange, jnp.float32)
+    ranges = jnp.asarray(model.actuator_ctrlrange, jnp.float32)
     limited = jnp.asarray(limited, bool)
     return jnp.where(limited, ranges[:, 0], -1.0), jnp.where(limited, ranges[:, 1], 1.0)
 
@@ -52,13 +52,13 @@ def adapter(env_id, env, bounds, num_envs, episode_length, action_repeat) -> Aut
 
     def reset(key):
         state = env.reset(key)
-        return state.obs.astype(jnp.float32), state
+        return as_observation(state.obs), state
 
     def step(key, state, action):
         del key  # Brax's transitions are deterministic given the state
         state = env.step(state, action)
         truncated = state.info["truncation"] > 0
-        return state.obs.astype(jnp.float32), state, state.reward, (state.done > 0) & ~truncated, truncated
+        return as_observation(state.obs), state, state.reward, (state.done > 0) & ~truncated, truncated
 
     spec = box_spec(env_id, reset, *bounds)
     limit = -(-episode_length // action_repeat)  # EpisodeWrapper counts action_repeat steps per step
