@@ -8,6 +8,8 @@ Per suite (one representative id each), with the same `--num-envs` N and `--num-
            vmapped; Jumanji's AutoResetWrapper vmapped; Brax's `envs.create(..., batch_size=N)` (EpisodeWrapper,
            VmapWrapper, AutoResetWrapper); Playground's `wrap_for_brax_training` (the same wrappers);
   ratio = jaxrl steps/s / native steps/s (1.0: the adapter costs nothing).
+Both loops sum the rewards and (scaled by 1e-9) the observations, so that XLA cannot drop the observation
+computation as dead code (a policy reads them).
 Compile and run seconds as `benchmarks.common.measure` defines them (best of `--repeats` calls). A suite whose
 extra is not installed is skipped. Usage: `python -m benchmarks.suites [--num-envs 64] [--num-steps 200]
 [--only navix craftax]`; results in benchmarks/results/suites.json and .md.
@@ -42,6 +44,12 @@ def random_action(spec, key, num_envs):
     return jax.random.uniform(key, (num_envs, spec.action_dim), minval=spec.action_low, maxval=spec.action_high)
 
 
+def consumed(obs) -> jax.Array:
+    """A scalar that depends on every observation leaf, so that XLA computes the observations (a policy would read
+    them) instead of eliminating them as dead code."""
+    return 1e-9 * sum(leaf.astype("float32").sum() for leaf in jax.tree.leaves(obs))
+
+
 def jaxrl_stepper(env_id: str, num_envs: int, num_steps: int):
     """key -> summed reward of T random steps of `envs.make(env_id, N)`."""
     from jaxrl import envs
@@ -54,8 +62,8 @@ def jaxrl_stepper(env_id: str, num_envs: int, num_steps: int):
         def step(carry, k):
             state, total = carry
             action_key, env_key = jax.random.split(k)
-            _, state, reward, _, _, _ = env.step(env_key, state, random_action(env.spec, action_key, num_envs))
-            return (state, total + reward.sum()), None
+            obs, state, reward, _, _, _ = env.step(env_key, state, random_action(env.spec, action_key, num_envs))
+            return (state, total + reward.sum() + consumed(obs)), None
 
         (_, total), _ = jax.lax.scan(step, (state, 0.0), jax.random.split(key, num_steps))
         return total
@@ -76,8 +84,8 @@ def native_stepper(suite: str, name: str, spec, num_envs: int, num_steps: int):
             state, total = carry
             action_key, env_key = jax.random.split(k)
             action = random_action(spec, action_key, num_envs)
-            state, reward = step(jax.random.split(env_key, num_envs), state, action)
-            return (state, total + reward.sum()), None
+            state, reward, obs = step(jax.random.split(env_key, num_envs), state, action)
+            return (state, total + reward.sum() + consumed(obs)), None
 
         (_, total), _ = jax.lax.scan(body, (state, 0.0), jax.random.split(key, num_steps))
         return total
@@ -86,7 +94,7 @@ def native_stepper(suite: str, name: str, spec, num_envs: int, num_steps: int):
 
 
 def native_functions(suite: str, name: str):
-    """(reset(key) -> state, step(key, state, action) -> (state, reward), batched) with the suite's own auto-reset:
+    """(reset(key) -> state, step(key, state, action) -> (state, reward, obs), batched) with the suite's own auto-reset:
     of one env (batched False), or of the batch (Brax's wrappers vmap themselves)."""
     if suite == "navix":
         import navix
@@ -95,7 +103,7 @@ def native_functions(suite: str, name: str):
 
         def step(key, timestep, action):
             timestep = env.step(timestep, action)
-            return timestep, timestep.reward
+            return timestep, timestep.reward, timestep.observation
 
         return env.reset, step, False
     if suite == "craftax":
@@ -105,8 +113,8 @@ def native_functions(suite: str, name: str):
         params = env.default_params
 
         def step(key, state, action):
-            _, state, reward, _, _ = env.step(key, state, action, params)
-            return state, reward
+            obs, state, reward, _, _ = env.step(key, state, action, params)
+            return state, reward, obs
 
         return lambda key: env.reset(key, params)[1], step, False
     if suite == "xminigrid":
@@ -118,7 +126,7 @@ def native_functions(suite: str, name: str):
 
         def step(key, timestep, action):
             timestep = env.step(params, timestep, action)
-            return timestep, timestep.reward
+            return timestep, timestep.reward, timestep.observation
 
         return lambda key: env.reset(params, key), step, False
     if suite == "jumanji":
@@ -129,7 +137,7 @@ def native_functions(suite: str, name: str):
 
         def step(key, state, action):
             state, timestep = env.step(state, action)
-            return state, timestep.reward
+            return state, timestep.reward, timestep.observation
 
         return lambda key: env.reset(key)[0], step, False
     from brax.envs.wrappers import training
@@ -146,7 +154,7 @@ def native_functions(suite: str, name: str):
 
     def step(key, state, action):
         state = env.step(state, action)
-        return state, state.reward
+        return state, state.reward, state.obs
 
     return env.reset, step, True
 

@@ -256,6 +256,7 @@ def test_jumanji_snake_contract():
     assert env.spec.observation_shape == (6 * 6 * 5 + 1 + 4,) and env.spec.discrete and env.spec.action_dim == 4
     assert out["terminated"].any() and (out["episode_length"] <= 30).all()
     assert env.max_truncations(200) == 200 * 8  # Jumanji has no truncation-only time limit to bound it by
+    assert env.params.max_steps_in_episode == 30  # the episode limit evaluation plays to
     obs, state = env.reset(jax.random.key(0))
     _, _, _, _, _, info = env.step(jax.random.key(1), state, jnp.zeros(8, jnp.int32))
     assert info["action_mask"].shape == (8, 4) and info["action_mask"].dtype == bool

@@ -61,7 +61,8 @@ class AutoResetVecEnv:
     holds the true successor of every env. `extras(state) -> dict` (optional) adds per-env entries about the
     returned state to `info` (e.g. Jumanji's action mask). `time_limit` is the suite's episode limit when the
     suite truncates only there (it bounds `max_truncations`), None when truncations may come at any step.
-    `suite_env` is the suite's own environment object the functions step (for tests and benchmarks).
+    `suite_env` is the suite's own environment object the functions step (for tests and benchmarks);
+    `episode_limit` the longest episode when the suite ends it otherwise than by truncation (default `time_limit`).
     """
 
     def __init__(
@@ -73,10 +74,11 @@ class AutoResetVecEnv:
         time_limit: int | None,
         extras: Callable[[Any], dict] | None = None,
         suite_env: Any = None,
+        episode_limit: int | None = None,
     ):
         self.reset_fn, self.step_fn, self.num_envs, self.spec = reset_fn, step_fn, num_envs, spec
         self.time_limit, self.extras, self.suite_env = time_limit, extras, suite_env
-        self.params = EpisodeLimit(time_limit)
+        self.params = EpisodeLimit(time_limit if episode_limit is None else episode_limit)
 
     def max_truncations(self, num_steps: int) -> int:
         """An upper bound on the truncated steps in a window of `num_steps` steps of all envs: one per

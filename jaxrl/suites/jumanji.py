@@ -70,4 +70,5 @@ def make(name: str, num_envs: int, **kwargs) -> AutoResetVecEnv:
             "supports those two (multi-discrete and multi-agent Jumanji actions are not adapted yet)."
         )
     extras = (lambda carry: {"action_mask": carry[1]}) if has_mask else None
-    return AutoResetVecEnv(reset, step, num_envs, spec, None, extras, suite_env=env)
+    limit = getattr(env, "time_limit", None)  # Jumanji ends it with a termination, so it bounds no truncations
+    return AutoResetVecEnv(reset, step, num_envs, spec, None, extras, suite_env=env, episode_limit=limit)
