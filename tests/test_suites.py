@@ -245,6 +245,7 @@ def jumanji_oracle(name, **kwargs):
     return oracle
 
 
+@pytest.mark.slow  # Snake's step (twice: adapter and oracle) compiles for 30-80 s on this CPU
 def test_jumanji_snake_contract():
     """Snake-v1 on a 6x6 board with a 30-step limit, 8 envs x 200 random steps: LAST with discount 0 ->
     terminated; Snake ends its time limit with Jumanji's `termination` too, so truncated stays False (the suite's
