@@ -345,6 +345,31 @@ def test_playground_cartpole_balance_contract():
     assert not out["terminated"].any()
 
 
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_ppo_learns_playground_cartpole_balance():
+    """PPO on CartpoleBalance (1000-step episodes, reward <= 1 per step): 32 envs x 64 steps, 8 minibatches, lr
+    3e-4, normalize_observations, no value clipping (returns reach ~1000), no entropy bonus; 1M steps, 2 seeds.
+    Measured: 971 / 978 over the last iterations that completed episodes (random actions: 335; the defaults at
+    100k-200k steps stayed there), 73 s on a loaded 2-core CPU. Asserted: >= 800 on both seeds."""
+    pytest.importorskip("mujoco_playground")
+    config = ppo.Config(
+        env="playground:CartpoleBalance",
+        total_timesteps=1_000_000,
+        num_envs=32,
+        num_steps=64,
+        num_minibatches=8,
+        learning_rate=3e-4,
+        normalize_observations=True,
+        clip_value_loss=False,
+        ent_coef=0.0,
+    )
+    _, metrics = jax.jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(0), 2))
+    returns = np.asarray(metrics["episode_return"])
+    final = [np.mean(r[np.isfinite(r)][-3:]) for r in returns]  # an episode ends every ~16 iterations
+    assert min(final) >= 800, final
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Your own environment: jaxrl.envs.register (Python) and --env-module (CLI)
 # ---------------------------------------------------------------------------------------------------------------
