@@ -316,7 +316,7 @@ def test_brax_inverted_pendulum_contract():
 def test_ppo_learns_brax_inverted_pendulum():
     """PPO defaults with normalize_observations and learning_rate 3e-4 on inverted_pendulum (limit 1000, reward 1
     per step upright): 100k steps, 2 seeds. Measured: final return 193 / 140 (best iteration 236 / 179) from 5.3
-    in the first iterations, 169 s with compilation on a loaded 2-core CPU. Asserted: >= 50 on both seeds."""
+    in the first iterations; 56-169 s with compilation on the shared 2-core CPU. Asserted: >= 50 on both seeds."""
     pytest.importorskip("brax")
     config = ppo.Config(
         env="brax:inverted_pendulum", total_timesteps=100_000, learning_rate=3e-4, normalize_observations=True
