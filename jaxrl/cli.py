@@ -467,7 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="jaxrl",
         description="Reinforcement learning compiled end to end in JAX. Errors are one line; --debug (anywhere) "
-        "shows the traceback.",
+        "shows the traceback. --env-module MODULE (anywhere, repeatable) imports MODULE first, so that the "
+        "environments it registers with jaxrl.envs.register are valid --env ids.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     for sub, _, _ in algorithm_parsers(commands, "train", "train an agent; writes a run folder and prints a summary"):
@@ -690,11 +691,43 @@ def _command(args) -> int:
     return train_command(args)
 
 
+def import_env_modules(argv: list[str]) -> list[str]:
+    """Imports the module of every `--env-module MODULE` (or `--env-module=MODULE`, anywhere on the command line,
+    any number of times) and returns `argv` without them: a module that calls `jaxrl.envs.register` at import
+    makes its ids valid `--env` values for train, sweep and eval."""
+    import importlib
+
+    rest, modules, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--env-module" and i + 1 < len(argv):
+            modules.append(argv[i + 1])
+            i += 2
+            continue
+        if arg.startswith("--env-module="):
+            modules.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+        i += 1
+    if modules and os.getcwd() not in sys.path:  # `python -m` would find a module of the working folder too
+        sys.path.insert(0, os.getcwd())
+    for module in modules:
+        importlib.import_module(module)
+    return rest
+
+
 def main(argv: list[str] | None = None) -> int:
     """`jaxrl ...`: parses `argv` (default sys.argv[1:]) and runs the command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("JAXRL_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
+    try:
+        argv = import_env_modules(argv)
+    except ImportError as error:
+        if debug:
+            raise
+        print(f"jaxrl: error: --env-module: {_one_line(error)}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     from jaxrl.run.checkpoint import CheckpointError
 

@@ -8,6 +8,10 @@ state in `flax.struct` pytrees and are pure, so a VecEnv steps inside `jax.jit`,
 `info["final_observation"]` is the true successor observation of every env (before auto-reset): on a
 truncated step its value is what a return bootstraps from.
 
+Ids: a plain id (`CartPole-v1`) is a gymnax environment; `suite:Name` (`navix:Navix-Empty-5x5-v0`,
+`brax:inverted_pendulum`, ...) is one of the suites of `jaxrl.suites`, an optional extra adapted to this same
+contract; any other id is one a user added with `register` (a gymnax 1.x environment or a VecEnv of their own).
+
 gymnax is imported on first use, not with this module: its import creates JAX arrays, which initialises JAX's
 backends, after which the CPU device count (`jaxrl.sweep.use_cpu_cores`) and `jax.distributed.initialize`
 can no longer be set up.
@@ -61,7 +65,7 @@ class VecEnv:
         limit = getattr(self.params, "max_steps_in_episode", None)
         from gymnax.environments.environment import Environment
 
-        standard = type(self.env).is_truncated is Environment.is_truncated
+        standard = getattr(type(self.env), "is_truncated", None) is Environment.is_truncated
         if not standard or not isinstance(limit, int) or limit < 1:
             return num_steps * self.num_envs
         return self.num_envs * min(num_steps, -(-num_steps // limit))
@@ -260,16 +264,97 @@ def spec_of(env_id: str, env, params) -> EnvSpec:
     raise ValueError(f"{env_id}: unsupported action space {action_space!r} (jaxrl supports Discrete and Box)")
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Ids: gymnax, the suites of jaxrl.suites (`suite:Name`), and environments registered by users
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A user's environment: `factory(**env_kwargs)` returns a gymnax 1.x `Environment` or an `(env, params)`
+    pair; with `vectorised=True`, `factory(num_envs, **env_kwargs)` returns an object with the VecEnv contract."""
+
+    factory: Any
+    vectorised: bool = False
+
+
+_REGISTERED: dict[str, Registration] = {}
+
+
+def register(env_id: str, factory, *, vectorised: bool = False) -> None:
+    """Makes `env_id` an id `make` (hence every algorithm's `Config.env`) accepts.
+
+    `factory(**env_kwargs)` returns a gymnax 1.x environment (`reset(key, params)`, `step(key, state, action,
+    params)` with terminated and truncated, `default_params`, `action_space`, `observation_space`) or an
+    `(env, params)` pair: jaxrl vectorises it as it does gymnax's own. With `vectorised=True`,
+    `factory(num_envs, **env_kwargs)` returns an object with the VecEnv contract (`reset`, `step` with
+    `info["final_observation"]`, `num_envs`, `spec`, `max_truncations`). A suite prefix (`navix:`, ...) or a
+    gymnax id cannot be taken; registering an id again replaces it.
+    """
+    from jaxrl import suites
+
+    prefix = env_id.split(":", 1)[0] if ":" in env_id else None
+    if prefix in suites.SUITES:
+        raise ValueError(f"env id {env_id!r}: the prefix {prefix!r} belongs to jaxrl's {prefix} suite; use another.")
+    if prefix is None and env_id in _gymnax().registered_envs:
+        raise ValueError(f"env id {env_id!r} is a gymnax environment; choose another id (e.g. 'mine:{env_id}').")
+    if not callable(factory):
+        raise TypeError(f"register({env_id!r}, factory): factory must be callable, got {type(factory).__name__}.")
+    _REGISTERED[env_id] = Registration(factory, vectorised)
+
+
+def registered_ids() -> list[str]:
+    """The ids added with `register`."""
+    return list(_REGISTERED)
+
+
 def check_env_id(env_id: str) -> None:
-    """Raises a ValueError naming close matches when `env_id` is not a registered gymnax environment."""
+    """Raises a ValueError naming close matches when `env_id` is neither a gymnax environment, nor a known id
+    of an installed suite (`suite:Name`), nor one added with `register`; for a suite whose extra is missing,
+    the error names the install command."""
+    if env_id in _REGISTERED:
+        return
+    if ":" in env_id:
+        from jaxrl import suites
+
+        suites.check_id(env_id)
+        return
     registered = _gymnax().registered_envs
     if env_id in registered:
         return
     close = difflib.get_close_matches(env_id, registered, n=3, cutoff=0.4)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     raise ValueError(
-        f"env={env_id!r} is not a registered gymnax environment.{hint} Known ids: {', '.join(registered)}."
+        f"env={env_id!r} is not a registered gymnax environment.{hint} Known ids: {', '.join(registered)}. "
+        "Other suites take a prefix (e.g. 'navix:Navix-Empty-5x5-v0'); your own: jaxrl.envs.register."
     )
+
+
+def _make_gymnax(env_id: str, num_envs: int, probe_and_params=None, **env_params) -> VecEnv:
+    """The gymnax environment `env_id` (or a user's gymnax-API `(env, params)`), vectorised."""
+    gymnax = _gymnax()
+    probe, params = gymnax.make(env_id) if probe_and_params is None else probe_and_params
+    param_fields = set(params.__dataclass_fields__)
+    overrides = {k: v for k, v in env_params.items() if k in param_fields}
+    ctor_kwargs = {k: v for k, v in env_params.items() if k not in param_fields}
+    if ctor_kwargs and probe_and_params is not None:
+        raise ValueError(f"{env_id}: {', '.join(ctor_kwargs)} are not fields of its EnvParams.")
+    env = gymnax.make(env_id, **ctor_kwargs)[0] if ctor_kwargs else probe
+    params = params.replace(**overrides)
+    return VecEnv(env, params, num_envs, spec_of(env_id, env, params))
+
+
+def _make_registered(env_id: str, num_envs: int, **env_kwargs):
+    registration = _REGISTERED[env_id]
+    if registration.vectorised:
+        vec = registration.factory(num_envs, **env_kwargs)
+        for member in ("reset", "step", "num_envs", "spec", "max_truncations"):
+            if not hasattr(vec, member):
+                raise TypeError(f"{env_id}: its factory returned {type(vec).__name__} without {member!r} (VecEnv).")
+        return vec
+    made = registration.factory(**env_kwargs)
+    env, params = made if isinstance(made, tuple) else (made, made.default_params)
+    return _make_gymnax(env_id, num_envs, (env, params))
 
 
 def make(
@@ -282,24 +367,25 @@ def make(
     reward_gamma=0.99,
     **env_params,
 ) -> VecEnv:
-    """Builds `num_envs` vectorised copies of the gymnax environment `env_id`, with episode statistics (of the
-    raw rewards) and, with `normalize_rewards`, rewards scaled by `NormalizeReward` at discount `reward_gamma`.
+    """Builds `num_envs` vectorised copies of the environment `env_id`, with episode statistics (of the raw
+    rewards) and, with `normalize_rewards`, rewards scaled by `NormalizeReward` at discount `reward_gamma`.
 
-    Keyword arguments that name a field of the env's `EnvParams` (e.g. `max_steps_in_episode=200`)
-    override it; other keywords go to the environment's constructor.
+    gymnax ids: keyword arguments that name a field of the env's `EnvParams` (e.g. `max_steps_in_episode=200`)
+    override it; other keywords go to the environment's constructor. Suite ids (`suite:Name`): keywords go to
+    the suite's adapter (`jaxrl.suites.<suite>.make`); registered ids: to their factory.
     """
     check_env_id(env_id)
     if num_envs < 1:
         raise ValueError(f"num_envs={num_envs}: need at least one environment.")
-    gymnax = _gymnax()
-    probe, params = gymnax.make(env_id)
-    param_fields = set(params.__dataclass_fields__)
-    overrides = {k: v for k, v in env_params.items() if k in param_fields}
-    ctor_kwargs = {k: v for k, v in env_params.items() if k not in param_fields}
-    env = gymnax.make(env_id, **ctor_kwargs)[0] if ctor_kwargs else probe
-    params = params.replace(**overrides)
-    spec = spec_of(env_id, env, params)
-    vec: Any = VecEnv(env, params, num_envs, spec)
+    if env_id in _REGISTERED:
+        vec: Any = _make_registered(env_id, num_envs, **env_params)
+    elif ":" in env_id:
+        from jaxrl import suites
+
+        vec = suites.make(env_id, num_envs, **env_params)
+    else:
+        vec = _make_gymnax(env_id, num_envs, **env_params)
+    spec = vec.spec
     if clip_actions and not spec.discrete:
         vec = ClipAction(vec)
     if normalize_observations:

@@ -25,7 +25,7 @@ def evaluate(
     is 0 and `mean_length` NaN when none finished) and the number `finished`.
     """
     env = envs.make(env_id, num_episodes)
-    limit = max_steps or int(getattr(env.params, "max_steps_in_episode", 1000))
+    limit = max_steps or int(getattr(env.params, "max_steps_in_episode", None) or 1000)
     normalize = normalize or (lambda obs: obs)
     reset_key, run_key = jax.random.split(key)
     obs, state = env.reset(reset_key)
