@@ -56,7 +56,7 @@ def markdown(rows: list[dict]) -> str:
         lines.append(
             f"| {r['algo']} | {r['env']} | {r['total_timesteps']:,} ({scale:g}x)"
             f" | {r['best']:.1f} | {r['final']:.1f} | {100 * r['drop']:.1f}% | {100 * r['worst_seed_drop']:.1f}%"
-            f" | {'yes' if max(r['drop'], r['worst_seed_drop']) <= 0.05 else 'NO'}"
+            f" | {'yes' if r['drop'] <= 0.05 and r['worst_seed_drop'] <= 0.10 else 'NO'}"
             f" | {', '.join(f'{x:.0f}' for x in r['final_per_seed'])} |"
         )
     return "\n".join(lines) + "\n"

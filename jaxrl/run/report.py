@@ -54,7 +54,7 @@ def stability(episode_return: np.ndarray, fraction: float = FINAL_FRACTION) -> d
     ends at its best, 1 when it ends where it began.
     (A fraction of |best| instead would call Pendulum's -137 -> -150, both solved, a 10% collapse, and CartPole's
     500 -> 9 a 98% one: the learned range measures both on one scale.) `worst_seed_drop` is the largest drop of
-    any one seed. The runs "hold" when both are <= 0.05."""
+    any one seed. The runs "hold" when drop <= 0.05 and worst_seed_drop <= 0.10."""
     curve = np.asarray(episode_return, np.float64).reshape(-1, np.shape(episode_return)[-1])
     finite = np.isfinite(curve)
     mean = np.where(finite.any(0), np.where(finite, curve, 0.0).sum(0) / np.maximum(finite.sum(0), 1), np.nan)
