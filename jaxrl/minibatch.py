@@ -5,6 +5,8 @@ from collections.abc import Callable
 import jax
 import optax
 
+from jaxrl import parallel
+
 
 def minibatch_epochs(
     grad_fn: Callable,
@@ -29,7 +31,7 @@ def minibatch_epochs(
         return (optax.apply_updates(params, updates), opt_state), stats
 
     def epoch(train, epoch_key):
-        order = jax.random.permutation(epoch_key, size)
+        order = jax.random.permutation(parallel.device_key(epoch_key), size)
         minibatches = jax.tree.map(lambda x: x[order].reshape((num_minibatches, -1) + x.shape[1:]), batch)
         return jax.lax.scan(minibatch_step, train, minibatches)
 
