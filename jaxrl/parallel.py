@@ -138,8 +138,8 @@ def average_gradients(tx: optax.GradientTransformation) -> optax.GradientTransfo
 
 def global_metrics(metrics: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """One iteration's metrics over the devices: `episode_return` and `episode_length` as means over every
-    device's completed episodes (weights: `episodes`; NaN when none ended anywhere), `episodes` summed, every
-    other float averaged and integers summed."""
+    device's completed episodes (weights: `episodes`; when none ended anywhere, the mean of the devices'
+    values), `episodes` summed, every other float averaged and integers summed."""
     if not active():
         return metrics
     out = {}
@@ -148,7 +148,9 @@ def global_metrics(metrics: dict[str, jax.Array]) -> dict[str, jax.Array]:
         if name in ("episode_return", "episode_length") and count is not None:
             weight = count.astype(jnp.float32)
             total, n = psum((jnp.where(count > 0, value * weight, 0.0), weight))
-            out[name] = jnp.where(n > 0, total / jnp.maximum(n, 1.0), jnp.nan).astype(value.dtype)
+            # none ended anywhere: the mean of the devices' values (NaN from `episode_metrics`; a grouped
+            # learner's member mean, over equal member counts)
+            out[name] = jnp.where(n > 0, total / jnp.maximum(n, 1.0), pmean(value)).astype(value.dtype)
         elif jnp.issubdtype(value.dtype, jnp.floating):
             out[name] = pmean(value)
         else:
