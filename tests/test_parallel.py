@@ -23,13 +23,13 @@ from jaxrl.algos import base, dqn, grpo, ppo, trpo
 TIMEOUT_S = 240
 
 
-def run_on_two_devices(script: str, timeout: int = TIMEOUT_S) -> str:
-    """Runs `script` in a fresh Python with 2 XLA CPU devices; returns its stdout, fails on an error or timeout."""
+def run_on_two_devices(script: str, timeout: int = TIMEOUT_S, args: tuple[str, ...] = ()) -> str:
+    """Runs `script` (with `args`) in a fresh Python with 2 XLA CPU devices; returns its stdout, fails on an error
+    or a timeout."""
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    command = [sys.executable, "-c", textwrap.dedent(script), *args]
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True, timeout=timeout
-        )
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as error:
         pytest.fail(f"the 2-device run did not finish in {timeout} s (a hang?): {error.stdout!r} {error.stderr!r}")
     assert done.returncode == 0, f"2-device run failed:\n{done.stdout}\n{done.stderr[-4000:]}"
@@ -354,3 +354,55 @@ def test_every_data_parallel_algorithm_trains_on_two_devices(name):
     assert name in base.DATA_PARALLEL
     out = run_on_two_devices(EVERY_ALGORITHM.format(name=name, kwargs=SMALL[name]))
     assert "ok" in out, out
+
+
+TWO_PROCESSES = """
+import sys
+from jaxrl import sweep
+process, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+if process >= 0:
+    sweep.initialize_distributed(f"127.0.0.1:{port}", 2, process)  # 1 CPU device per process
+import jax, numpy as np
+from jaxrl.algos import base, ppo
+assert len(jax.devices()) == 2
+config = ppo.Config(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 3, update_epochs=2, num_minibatches=2,
+                    hidden_sizes=(16, 16))
+state, metrics = jax.jit(base.make_train(config, devices="all"))(jax.random.key(0))
+params = [np.asarray(x.addressable_data(0))[0] for x in jax.tree.leaves(state.params)]  # this process's copy
+np.savez(out, episode_return=np.asarray(metrics["episode_return"].addressable_data(0)), *params)
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_train_one_policy(tmp_path):
+    """`make_train(config, devices="all")` after `sweep.initialize_distributed` in 2 processes (1 CPU device each,
+    loopback): one policy over both processes' devices; the parameters are identical in both processes and equal
+    a single-process 2-device run to rtol 1e-5."""
+    from test_distributed import free_port
+
+    port = str(free_port())
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", TWO_PROCESSES, str(i), port, str(tmp_path / f"p{i}.npz")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        outs = [p.communicate(timeout=TIMEOUT_S) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail(f"the 2-process run did not finish in {TIMEOUT_S} s (a hang?)")
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    run_on_two_devices(TWO_PROCESSES, args=("-1", "0", str(tmp_path / "single.npz")))  # one process, 2 devices
+    p0, p1, single = (np.load(tmp_path / f"{name}.npz") for name in ("p0", "p1", "single"))
+    for name in p0.files:
+        np.testing.assert_array_equal(p0[name], p1[name], err_msg=name)
+        np.testing.assert_allclose(p0[name], single[name], rtol=1e-5, atol=1e-6, err_msg=name)
