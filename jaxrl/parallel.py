@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 from collections.abc import Callable, Sequence
 
 import jax
@@ -40,7 +41,16 @@ from jax.sharding import PartitionSpec as P
 
 AXIS = "data"
 
-_context: list[int] = []  # the data axis size of the data-parallel program being traced (empty: none)
+
+class _Context(threading.local):
+    """Per thread (the runner traces its programs in several threads at once): the data axis sizes of the
+    data-parallel programs being traced, innermost last (0: suspended)."""
+
+    def __init__(self):
+        self.sizes: list[int] = []
+
+
+_context = _Context()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -51,26 +61,27 @@ _context: list[int] = []  # the data axis size of the data-parallel program bein
 @contextlib.contextmanager
 def data_parallel(size: int):
     """While tracing inside it, the library's helpers act over the named axis `AXIS` of `size` devices."""
-    _context.append(size)
+    _context.sizes.append(size)
     try:
         yield
     finally:
-        _context.pop()
+        _context.sizes.pop()
 
 
 @contextlib.contextmanager
 def suspended():
     """Traces its body as one device (e.g. an evaluation every device runs identically)."""
-    _context.append(0)
+    _context.sizes.append(0)
     try:
         yield
     finally:
-        _context.pop()
+        _context.sizes.pop()
 
 
 def num_devices() -> int:
     """The data axis size of the program being traced (1 outside `data_parallel`)."""
-    return _context[-1] if _context and _context[-1] > 0 else 1
+    sizes = _context.sizes
+    return sizes[-1] if sizes and sizes[-1] > 0 else 1
 
 
 def active() -> bool:

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -76,6 +77,24 @@ def test_one_device_is_todays_program():
     assert parallel.average_gradients(tx) is tx
     metrics = {"episode_return": jnp.ones(()), "episodes": jnp.ones((), jnp.int32)}
     assert parallel.global_metrics(metrics) is metrics
+
+
+def test_the_context_is_per_thread():
+    """The runner traces its chunk programs in parallel threads: one thread's evaluation (suspended) or
+    data-parallel trace must not leak into another's."""
+    seen = {}
+
+    def other_thread():
+        seen["other"] = parallel.num_devices()
+
+    with parallel.data_parallel(2):
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+        seen["here"] = parallel.num_devices()
+        with parallel.suspended():
+            seen["suspended"] = parallel.num_devices()
+    assert seen == {"other": 1, "here": 2, "suspended": 1} and parallel.num_devices() == 1
 
 
 def halves(tree):
