@@ -4,8 +4,9 @@ device and compile seconds of `make_train(config, devices=d)` for each d of `--d
 PPO on CartPole-v1 with num_envs environments in total (split over the d devices), num_steps 128, 4 epochs x 4
 minibatches (PureJaxRL's CartPole settings at many envs). Every program is compiled first (`compile_s`), then
 called round robin in the order 1, 2, ..., 2, 1 (`--repeats` rounds), so that a change of the machine's load hits
-every device count alike; run seconds: the fastest call. On a CPU the devices are XLA CPU devices, one per core
-(`--cpu-cores`, default: the largest of --devices; set before JAX starts). Writes
+every device count alike; run seconds: the fastest call, and its cores used = process CPU seconds / wall
+seconds (below the device count when other work shares the machine). On a CPU the devices are XLA CPU
+devices, one per core (`--cpu-cores`, default: the largest of --devices; set before JAX starts). Writes
 benchmarks/results/scaling[_TAG].json and .md. Usage: `python -m benchmarks.scaling [--devices 1,2]
 [--num-envs 2048] [--iterations 4] [--repeats 2]`.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import time
 
@@ -30,6 +32,12 @@ def parse(argv):
     args = parser.parse_args(argv)
     args.devices = [int(d) for d in args.devices.split(",")]
     return args
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far (all its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv=None) -> int:
@@ -60,9 +68,11 @@ def main(argv=None) -> int:
     order = counts + counts[::-1]
     for _ in range(args.repeats):
         for d in order:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), cpu_seconds()
             state, metrics = jax.block_until_ready(programs[d](key))
-            rows[d]["run_s"] = min(rows[d]["run_s"], time.perf_counter() - start)
+            run_s = time.perf_counter() - start
+            if run_s < rows[d]["run_s"]:
+                rows[d]["run_s"], rows[d]["cores_used"] = run_s, (cpu_seconds() - cpu_start) / run_s
             rows[d]["episode_return_last"] = float(metrics["episode_return"][-1])
     steps = common.env_steps(config)
     base_rate = steps / rows[counts[0]]["run_s"]
@@ -87,10 +97,11 @@ def main(argv=None) -> int:
         f"per call, fastest of {args.repeats} rounds ({', '.join(map(str, order))}); {jax.devices()[0].platform}, "
         f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}",
         "",
-        "| devices | env steps/s | ratio to 1 device | compile s |",
-        "|---|---|---|---|",
+        "| devices | env steps/s | ratio to 1 device | compile s | cores used |",
+        "|---|---|---|---|---|",
         *(
-            f"| {r['devices']} | {r['steps_per_s']:,.0f} | {r['ratio']:.2f} | {r['compile_s']:.1f} |"
+            f"| {r['devices']} | {r['steps_per_s']:,.0f} | {r['ratio']:.2f} | {r['compile_s']:.1f} | "
+            f"{r['cores_used']:.2f} |"
             for r in rows.values()
         ),
     ]
