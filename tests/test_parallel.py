@@ -125,8 +125,7 @@ def test_averaged_gradient_step_equals_the_whole_batch():
         tx = optim.clipped_optimizer("adam", 1e-3, 0.5)
         return tx.update(grads, tx.init(params), params)[0]
 
-    whole = jax.jit(step)(batch)
-    two = jax.jit(parallel.emulate(step, 2, in_axes=0, out_axes=0))(halves(batch))
+    whole, two = jax.jit(lambda b: (step(b), parallel.emulate(step, 2, in_axes=0, out_axes=0)(halves(b))))(batch)
     assert_trees_close(jax.tree.map(lambda x: x[0], two), whole, rtol=1e-5, atol=1e-7)
     assert_trees_close(jax.tree.map(lambda x: x[1], two), whole, rtol=1e-5, atol=1e-7)
 
