@@ -63,6 +63,16 @@ def _number(text: str) -> int:
     return int(value)
 
 
+def _devices(text: str):
+    """--devices: a positive count or "all"."""
+    if text == "all":
+        return "all"
+    count = _number(text)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a device count >= 1, or all")
+    return count
+
+
 def _int_tuple(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
@@ -151,7 +161,12 @@ def evaluate_run(run_dir: Path, episodes: int, seed: int) -> int:
     saved = read_run_folder(run_dir)
     keys = jax.random.split(jax.random.key(base_seed), seeds)
     like = jax.eval_shape(jax.vmap(lambda k: module.init(config, k)), keys)
-    iteration, states, _ = checkpoint.restore(run_dir / "checkpoints", like, saved)
+    from jaxrl.run.compile import abstract_state
+
+    def like_for(devices):  # a data-parallel run's checkpoint: its state laid out for one device
+        return abstract_state(module, config, keys, devices)
+
+    iteration, states, _ = checkpoint.restore(run_dir / "checkpoints", like, saved, like_for=like_for)
     print(f"{run_dir}: {saved['algo']} on {config.env}, checkpoint after iteration {iteration}, {episodes} episodes")
     for mode in ("deterministic", "stochastic"):
 
@@ -499,6 +514,17 @@ def build_parser() -> argparse.ArgumentParser:
         )
         run_group.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
         run_group.add_argument(
+            "--devices",
+            type=_devices,
+            default=1,
+            metavar="N|all",
+            help="train each seed's one policy data-parallel over N devices (or all): num_envs / N envs per "
+            "device, gradients averaged (default 1; a resume may use another count)",
+        )
+        run_group.add_argument(
+            "--cpu-cores", type=_number, default=None, help="make N XLA CPU devices (one per core), for --devices"
+        )
+        run_group.add_argument(
             "--eval-every",
             type=_number,
             default=None,
@@ -558,7 +584,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Flags a resume may give with a different value: they change no number of the run.
-RESUME_FREE = ("chunks", "checkpoint_every", "no_progress", "tensorboard", "target_return", "wandb", "compile_cache")
+RESUME_FREE = (
+    "chunks",
+    "checkpoint_every",
+    "no_progress",
+    "tensorboard",
+    "target_return",
+    "wandb",
+    "compile_cache",
+    "devices",
+    "cpu_cores",
+)
 RUN_DEFAULTS = {"seeds": 1, "seed": 0, "eval_every": 0, "eval_episodes": 16}
 
 
@@ -615,6 +651,10 @@ def train_command(args) -> int:
     from jaxrl.run import loop, report
 
     module = ALGORITHMS[args.algo]
+    if args.cpu_cores is not None:
+        from jaxrl.sweep import use_cpu_cores
+
+        use_cpu_cores(args.cpu_cores)  # before JAX initialises its backend
     check_backend()
     if args.compile_cache.lower() != "none":
         enable_compilation_cache(args.compile_cache)
@@ -633,6 +673,7 @@ def train_command(args) -> int:
         checkpoint_every=args.checkpoint_every,
         eval_every=args.eval_every,
         eval_episodes=args.eval_episodes,
+        devices=args.devices,
     )
     loop.validate_run(module, config, **runner)  # before a run folder is named or created
     if not args.resume:

@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxrl import parallel
+
 
 def _gymnax():
     """The gymnax module, imported on first use (see the module docstring)."""
@@ -71,12 +73,12 @@ class VecEnv:
         return self.num_envs * min(num_steps, -(-num_steps // limit))
 
     def reset(self, key: jax.Array):
-        keys = jax.random.split(key, self.num_envs)
+        keys = jax.random.split(parallel.device_key(key), self.num_envs)
         obs, state = jax.vmap(self.env.reset, in_axes=(0, None))(keys, self.params)
         return _as_float(obs), state
 
     def step(self, key: jax.Array, state, action: jax.Array):
-        keys = jax.random.split(key, self.num_envs)
+        keys = jax.random.split(parallel.device_key(key), self.num_envs)
         obs, state, reward, terminated, truncated, info = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))(
             keys, state, action, self.params
         )
@@ -152,7 +154,7 @@ class RunningMeanStd:
         return cls(jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32), jnp.array(1e-4, jnp.float32))
 
     def update(self, batch: jax.Array) -> RunningMeanStd:
-        batch_mean, batch_var, batch_count = batch.mean(0), batch.var(0), batch.shape[0]
+        batch_mean, batch_var, batch_count = parallel.mean_var(batch)  # over every device's envs
         delta = batch_mean - self.mean
         count = self.count + batch_count
         mean = self.mean + delta * batch_count / count

@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxrl import parallel
+
 
 def minibatch_epochs(
     grad_fn: Callable,
@@ -28,7 +30,7 @@ def minibatch_epochs(
     size = jax.tree.leaves(batch)[0].shape[0]
 
     def minibatches(epoch_key):
-        order = jax.random.permutation(epoch_key, size)
+        order = jax.random.permutation(parallel.device_key(epoch_key), size)
         return jax.tree.map(lambda x: x[order].reshape((num_minibatches, -1) + x.shape[1:]), batch)
 
     return _epochs(grad_fn, optimizer, params, opt_state, minibatches, key, num_epochs)
@@ -53,7 +55,7 @@ def sequence_minibatch_epochs(
     num_envs = jax.tree.leaves(initial)[0].shape[0]
 
     def minibatches(epoch_key):
-        order = jax.random.permutation(epoch_key, num_envs)
+        order = jax.random.permutation(parallel.device_key(epoch_key), num_envs)
 
         def cut_steps(x):  # [T, N, ...] -> [M, T, B, ...]
             x = x[:, order].reshape((x.shape[0], num_minibatches, -1) + x.shape[2:])

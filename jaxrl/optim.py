@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxrl import parallel
+
 OPTIMIZERS = ("adam", "rmsprop", "radam")
 
 
@@ -37,7 +39,8 @@ def learning_rate_schedule(learning_rate, anneal: bool, updates_per_iteration: i
 
 def clipped_optimizer(name: str, learning_rate, max_grad_norm, eps: float = 1e-5) -> optax.GradientTransformation:
     """Global-norm gradient clipping at `max_grad_norm`, then Adam (`eps`), RMSprop (decay 0.99, `eps`, as A2C in
-    Stable-Baselines3) or RAdam (Liu et al. 2020; optax's defaults), at `learning_rate` (a number or a schedule)."""
+    Stable-Baselines3) or RAdam (Liu et al. 2020; optax's defaults), at `learning_rate` (a number or a schedule).
+    Under data parallelism the gradients are first averaged over the devices (`parallel.average_gradients`)."""
     if name == "adam":
         scale = optax.adam(learning_rate, eps=eps)
     elif name == "rmsprop":
@@ -46,7 +49,7 @@ def clipped_optimizer(name: str, learning_rate, max_grad_norm, eps: float = 1e-5
         scale = optax.radam(learning_rate)
     else:
         raise ValueError(f"optimizer {name!r} is not one of {', '.join(OPTIMIZERS)}.")
-    return optax.chain(optax.clip_by_global_norm(max_grad_norm), scale)
+    return parallel.average_gradients(optax.chain(optax.clip_by_global_norm(max_grad_norm), scale))
 
 
 def tree_vdot(a, b) -> jax.Array:

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 from flashbax.buffers import prioritised_trajectory_buffer, trajectory_buffer
 
+from jaxrl import parallel
+
 ReplayState = trajectory_buffer.TrajectoryBufferState
 
 
@@ -48,6 +50,7 @@ def sample(state: ReplayState, key: jax.Array, batch_size: int, sequence_length:
     """
     chex.assert_scalar_positive(batch_size)
     chex.assert_scalar_positive(sequence_length)
+    key = parallel.device_key(key)  # each device samples its own buffer shard
     windows = trajectory_buffer.sample(state, key, batch_size, sequence_length, 1).experience  # [B, L, ...]
     return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), windows)
 
@@ -120,6 +123,7 @@ def sample_prioritized(state: PrioritizedReplayState, key: jax.Array, batch_size
     """
     chex.assert_scalar_positive(batch_size)
     chex.assert_scalar_positive(sequence_length)
+    key = parallel.device_key(key)
     out = prioritised_trajectory_buffer.prioritised_sample(state, key, batch_size, sequence_length, 1)
     windows = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), out.experience)
     return windows, out.indices, out.probabilities

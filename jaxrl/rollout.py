@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxrl import parallel
 from jaxrl.types import Trajectory
 
 # act(obs[N, ...], key) -> (action[N, ...], behaviour log_prob[N])
@@ -80,7 +81,7 @@ def rollout(
         return EnvCarry(state, obs), transition
 
     carry, (obs, actions, rewards, terminated, truncated, log_probs, final_obs, episode_return, episode_length) = (
-        jax.lax.scan(step, carry, jax.random.split(key, (num_steps, 2)))
+        jax.lax.scan(step, carry, jax.random.split(parallel.device_key(key), (num_steps, 2)))
     )
     values = value(jnp.concatenate([obs, carry.obs[None]]))  # [T + 1, N]
     next_values = jnp.where(terminated, 0.0, values[1:])
@@ -257,7 +258,7 @@ def recurrent_rollout(
         return (EnvCarry(state, obs), RecurrentCarry(hidden, terminated | truncated)), transition
 
     (carry_after, memory_after), (facts, extra) = jax.lax.scan(
-        body, (carry, memory), jax.random.split(key, (num_steps, 2))
+        body, (carry, memory), jax.random.split(parallel.device_key(key), (num_steps, 2))
     )
     obs, actions, rewards, terminated, truncated, log_probs, values, starts = facts
     hidden_after, final_obs, episode_return, episode_length = extra

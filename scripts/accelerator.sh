@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one-shot accelerator benchmark: PPO throughput at many environments and vmapped seeds
-# (benchmarks/gpu.py), on whatever accelerator this machine has, within a time budget.
+# (benchmarks/gpu.py), on whatever accelerator this machine has, within a time budget; then the data-parallel
+# scaling of one run over its devices (benchmarks/scaling.py).
 #   scripts/accelerator.sh                     # 240 s budget: num_envs 2048 8192 x seeds 1 8 32
 #   BUDGET_S=120 scripts/accelerator.sh        # a smaller budget (no new case starts after it)
 #   scripts/accelerator.sh --quick             # any arguments pass through to benchmarks/gpu.py
@@ -31,4 +32,9 @@ if [[ "$wanted" != cpu && "$(backend)" != "$wanted" ]]; then
 fi
 echo "jax $jax_version, backend $(backend); budget ${budget} s, cut off at ${hard_limit} s" >&2
 nvidia-smi -L 2>/dev/null || true
-exec timeout --signal=INT --kill-after=30 "$hard_limit" python -m benchmarks.gpu --budget-s "$budget" "$@"
+timeout --signal=INT --kill-after=30 "$hard_limit" python -m benchmarks.gpu --budget-s "$budget" "$@"
+# one run data-parallel over this machine's devices (benchmarks/scaling.py; counts above the device count are skipped)
+counts=1,2,4,8
+[[ "$(backend)" == cpu ]] && counts=1,2
+exec timeout --signal=INT --kill-after=30 "$hard_limit" python -m benchmarks.scaling --devices "$counts" \
+  --num-envs 8192 --tag "$(backend)"

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, estimators, lag, losses, optim
+from jaxrl import envs, estimators, lag, losses, optim, parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import (
     check_choice,
@@ -251,8 +251,8 @@ def rollout_batch(traj: Trajectory, advantages: jax.Array, targets: jax.Array, m
 
 def normalize(x: jax.Array, mask: jax.Array) -> jax.Array:
     """(x - mean) / (std + 1e-8) over the elements where `mask`."""
-    mean = losses.masked_mean(x, mask)
-    std = jnp.sqrt(losses.masked_mean(jnp.square(x - mean), mask))
+    mean = parallel.masked_mean(x, mask, losses.masked_mean)  # over every device's elements
+    std = jnp.sqrt(parallel.masked_mean(jnp.square(x - mean), mask, losses.masked_mean))
     return (x - mean) / (std + 1e-8)
 
 

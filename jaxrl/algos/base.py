@@ -24,6 +24,7 @@ import jax
 import numpy as np
 from flax import struct
 
+from jaxrl import parallel
 from jaxrl.envs import check_env_id
 from jaxrl.networks import ACTIVATIONS, TORSOS
 from jaxrl.networks.recurrent import CORES
@@ -89,18 +90,59 @@ def name_of(algo: Algorithm) -> str:
     raise ValueError(f"{algo!r} is not a registered algorithm.")
 
 
+def iteration(algo: Algorithm, config, state):
+    """One `algo.update`, its metrics over every device under data parallelism (`parallel.global_metrics`)."""
+    state, metrics = algo.update(config, state)
+    return state, parallel.global_metrics(metrics)
+
+
 def train(config, key: jax.Array):
     """init + `lax.scan` of `update` over `config.num_iterations`: (final TrainState, metrics stacked per
     iteration). Pure in (config, key), so `jax.vmap(train)(stacked_configs, keys)` sweeps hyperparameters."""
     algo = algorithm_of(config)
     state = algo.init(config, key)
-    return jax.lax.scan(lambda s, _: algo.update(config, s), state, None, length=config.num_iterations)
+    return jax.lax.scan(lambda s, _: iteration(algo, config, s), state, None, length=config.num_iterations)
 
 
-def make_train(config):
-    """Validates `config` and returns the pure `train(key) -> (TrainState, metrics)`, ready to jit/vmap."""
+# algorithms whose every gradient and batch statistic is averaged over devices (`jaxrl.parallel`); TRPO (its
+# conjugate-gradient and line-search statistics) and V-MPO (its top-half E-step per minibatch) are not
+DATA_PARALLEL = ("ppo", "a2c", "reinforce", "impala", "grpo", "dpo", "pqn", "sarsa", "dqn", "ddpg", "td3", "sac")
+
+
+def data_parallel_config(config, devices):
+    """(mesh, per-device Config) of `config` on `devices` (`parallel.resolve_devices`), validated; ValueError
+    for an algorithm that is not data-parallel or a field the device count does not divide."""
+    algo = algorithm_of(config)
+    name = name_of(algo)
+    count = devices if isinstance(devices, int) else len(parallel.resolve_devices(devices))
+    if count > 1 and name not in DATA_PARALLEL:
+        raise ValueError(
+            f"devices={count}: {name} is not data-parallel (these are: {', '.join(DATA_PARALLEL)}); "
+            "use devices=1 (a sweep over devices shards independent runs instead: jaxrl sweep)."
+        )
+    mesh = parallel.data_mesh(devices)
+    local = parallel.local_config(config, mesh.size)
+    try:
+        algo.validate(local)
+    except ValueError as error:
+        raise ValueError(f"on each of {mesh.size} devices (1/{mesh.size} of the batch): {error}") from error
+    return mesh, local
+
+
+def make_train(config, devices=1):
+    """Validates `config` and returns the pure `train(key) -> (TrainState, metrics)`, ready to jit/vmap.
+
+    `devices` (a count, "all", a Mesh or a list of devices; default 1): with more than one, ONE policy trains
+    data-parallel over them (`jaxrl.parallel`): each device steps num_envs / D envs, gradients and batch
+    statistics are averaged; the returned state is device-stacked (leaves [D, ...]). With 1 it is exactly the
+    single-device program."""
     algorithm_of(config).validate(config)
-    return functools.partial(train, config)
+    if devices == 1:
+        return functools.partial(train, config)
+    mesh, local = data_parallel_config(config, devices)
+    if mesh.size == 1:
+        return functools.partial(train, config)
+    return parallel.sharded_train(functools.partial(train, local), mesh)
 
 
 # ---------------------------------------------------------------------------------------------------------

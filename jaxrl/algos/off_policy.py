@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, estimators, replay
+from jaxrl import envs, estimators, parallel, replay
 from jaxrl.algos import base
 from jaxrl.algos.base import check, check_action_space, check_common, check_range, check_replay, hyper, static
 from jaxrl.losses import critic_loss
@@ -135,7 +135,8 @@ def validate_dpg(config: DPGConfig, name: str) -> None:
 def optimizers(config: Config) -> dict[str, optax.GradientTransformation]:
     """Adam (optax's defaults) for the actor and for the critics (their own learning rates; no clipping, no
     annealing)."""
-    return {"actor": optax.adam(config.actor_learning_rate), "critic": optax.adam(config.critic_learning_rate)}
+    adam = {"actor": optax.adam(config.actor_learning_rate), "critic": optax.adam(config.critic_learning_rate)}
+    return {name: parallel.average_gradients(tx) for name, tx in adam.items()}
 
 
 def init(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 from flax import struct
 
-from jaxrl import losses
+from jaxrl import losses, parallel
 from jaxrl.algos import actor_critic as ac
 from jaxrl.algos.actor_critic import (  # noqa: F401 (the module's surface)
     TrainState,
@@ -68,7 +68,7 @@ def surrogate(dist, values: jax.Array, config: Config, batch: dict[str, jax.Arra
     log_prob = dist.log_prob(batch["actions"])
     advantages = batch["advantages"]
     if config.normalize_advantages:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        advantages = parallel.normalize(advantages)  # over the minibatch of every device
     policy_loss, clipped = losses.clipped_surrogate_loss(log_prob, batch["log_probs"], advantages, config.clip_eps)
     old_values = batch["values"] if config.clip_value_loss else None
     value_loss = losses.value_loss(values, batch["targets"], old_values, config.clip_eps)

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs
+from jaxrl import envs, parallel
 from jaxrl.algos import off_policy
 from jaxrl.algos.base import check, check_range, hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.networks import GaussianActor, squashed_gaussian
@@ -57,7 +57,8 @@ def make_networks(config: Config) -> off_policy.Networks:
 
 
 def optimizers(config: Config) -> dict[str, optax.GradientTransformation]:
-    return {**off_policy.optimizers(config), "log_alpha": optax.adam(config.alpha_learning_rate)}
+    log_alpha = parallel.average_gradients(optax.adam(config.alpha_learning_rate))
+    return {**off_policy.optimizers(config), "log_alpha": log_alpha}
 
 
 def target_entropy(config: Config, action_dim: int):

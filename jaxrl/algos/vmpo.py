@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import losses
+from jaxrl import losses, parallel
 from jaxrl.algos import actor_critic as ac
 from jaxrl.algos.actor_critic import TrainState, behaviour, evaluation_policy, make_env, make_network  # noqa: F401
 from jaxrl.algos.base import check_range, hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
@@ -88,7 +88,10 @@ def labels(params) -> dict:
 def make_optimizer(config: Config) -> optax.GradientTransformation:
     """The family's optimiser (`ac.make_optimizer`) on `params["params"]`, Adam at dual_learning_rate on the duals."""
     return optax.multi_transform(
-        {"network": ac.make_optimizer(config), "duals": optax.adam(config.dual_learning_rate)},
+        {
+            "network": ac.make_optimizer(config),
+            "duals": parallel.average_gradients(optax.adam(config.dual_learning_rate)),
+        },
         labels,
     )
 

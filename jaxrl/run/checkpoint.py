@@ -115,9 +115,18 @@ def _manager(directory: Path, max_to_keep: int = 2):
     return ocp.CheckpointManager(directory.absolute(), options=options)
 
 
-def save(directory: str | Path, iteration: int, state, metrics: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+def save(
+    directory: str | Path,
+    iteration: int,
+    state,
+    metrics: dict[str, np.ndarray],
+    info: dict[str, Any],
+    devices: int = 1,
+) -> None:
     """Saves `state` (any pytree) after `iteration` completed iterations, with the per-iteration `metrics`
-    ({name: [seeds, iteration]}) and JSON-able `info` (the config) used to check a resume."""
+    ({name: [seeds, iteration]}) and JSON-able `info` (the config) used to check a resume. `devices`: the
+    device count of a data-parallel state (device-stacked leaves [D, ...], saved as host arrays so that no
+    device layout is written; see `jaxrl.parallel`)."""
     import orbax.checkpoint as ocp
 
     _discard_incomplete(Path(directory))
@@ -125,10 +134,15 @@ def save(directory: str | Path, iteration: int, state, metrics: dict[str, np.nda
         "info": info,
         "metrics": {k: [str(np.asarray(v).dtype), np.asarray(v).tolist()] for k, v in metrics.items()},
     }
+    if devices > 1:
+        payload["devices"] = devices
+    saved = _unwrap_keys(state)
+    if devices > 1:
+        saved = jax.device_get(saved)
     with _manager(Path(directory)) as manager:
         manager.save(
             iteration,
-            args=ocp.args.Composite(state=ocp.args.StandardSave(_unwrap_keys(state)), meta=ocp.args.JsonSave(payload)),
+            args=ocp.args.Composite(state=ocp.args.StandardSave(saved), meta=ocp.args.JsonSave(payload)),
         )
         manager.wait_until_finished()
     write_checksums(Path(directory) / str(iteration))
@@ -145,10 +159,15 @@ def latest_iteration(directory: str | Path) -> int | None:
     return steps[-1] if steps else None
 
 
-def restore(directory: str | Path, like_state, info: dict[str, Any]) -> tuple[int, Any, dict[str, np.ndarray]]:
+def restore(
+    directory: str | Path, like_state, info: dict[str, Any], devices: int = 1, like_for=None
+) -> tuple[int, Any, dict[str, np.ndarray]]:
     """Restores the latest checkpoint into the structure of `like_state` (a state or its `jax.eval_shape`).
 
     Raises CheckpointError when there is none, when it cannot be read, or when its `info` differs from `info`.
+    A checkpoint of a data-parallel run on another device count than `devices` is read in its own layout,
+    `like_for(saved_devices)` (the abstract state on that count), and laid out for `devices`
+    (`parallel.relayout`); without `like_for` it is refused.
     """
     import orbax.checkpoint as ocp
 
@@ -166,7 +185,19 @@ def restore(directory: str | Path, like_state, info: dict[str, Any]) -> tuple[in
             changed = differences(meta["info"], info)
             if changed:
                 raise CheckpointError(f"checkpoint {step_dir} was written by a different run: {changed}")
+            saved_devices = int(meta.get("devices", 1))
+            if saved_devices != devices:
+                if like_for is None:
+                    raise CheckpointError(
+                        f"checkpoint {step_dir} holds a run on {saved_devices} device(s); restore it with "
+                        f"--devices {saved_devices}."
+                    )
+                target = abstract
+                abstract = jax.eval_shape(_unwrap_keys, like_for(saved_devices))
+                abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract)
             restored = manager.restore(iteration, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+            if saved_devices != devices:
+                restored = {"state": _relayout(restored["state"], saved_devices, target, devices, step_dir)}
     except CheckpointError:
         raise
     except Exception as error:  # orbax raises many types for truncated or corrupt files
@@ -175,6 +206,15 @@ def restore(directory: str | Path, like_state, info: dict[str, Any]) -> tuple[in
     state = _rewrap_keys(restored["state"], like_state)
     metrics = {k: np.asarray(values, dtype) for k, (dtype, values) in meta["metrics"].items()}
     return iteration, state, metrics
+
+
+def _relayout(state, saved_devices: int, target, devices: int, step_dir: Path):
+    from jaxrl import parallel
+
+    try:
+        return parallel.relayout(state, saved_devices, target, devices)
+    except ValueError as error:
+        raise CheckpointError(f"checkpoint {step_dir}: {error}") from error
 
 
 def _flat(info: dict, prefix: str = "") -> dict[str, Any]:

@@ -16,8 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from jaxrl import envs
+from jaxrl import envs, parallel
+from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm
 from jaxrl.run.evaluate import evaluate
 
@@ -57,9 +60,29 @@ def eval_keys(seed: int, seeds: int) -> jax.Array:
     return jax.random.split(jax.random.fold_in(jax.random.key(seed), EVAL_STREAM), seeds)
 
 
-def make_init(algo: Algorithm, config):
-    """The jitted init of every seed: keys [S] -> TrainState stacked over seeds."""
-    return jax.jit(jax.vmap(lambda k: algo.init(config, k)))
+def make_init(algo: Algorithm, config, mesh: Mesh | None = None):
+    """The jitted init of every seed: keys [S] -> TrainState stacked over seeds. With a `mesh` of D devices
+    (data parallelism, `jaxrl.parallel`): each device inits the per-device Config, and the state is
+    device-stacked, leaves [D, S, ...]."""
+    if mesh is None:
+        return jax.jit(jax.vmap(lambda k: algo.init(config, k)))
+    local = parallel.local_config(config, mesh.size)
+
+    def init(keys):
+        return parallel.add_device_axis(jax.vmap(lambda k: algo.init(local, k))(keys))
+
+    in_specs, out_specs = (P(),), P(parallel.AXIS)
+    return _jit_sharded(parallel.shard(init, mesh, in_specs=in_specs, out_specs=out_specs), mesh, in_specs, out_specs)
+
+
+def abstract_state(algo: Algorithm, config, keys, devices: int):
+    """`jax.eval_shape` of the runner's initial state on `devices` devices (leaves [D, S, ...], or [S, ...] for
+    one), without needing those devices: the data-parallel init is emulated (`parallel.emulate`)."""
+    if devices == 1:
+        return jax.eval_shape(make_init(algo, config), keys)
+    local = parallel.local_config(config, devices)
+    init = parallel.emulate(jax.vmap(lambda k: algo.init(local, k)), devices, in_axes=None, out_axes=0)
+    return jax.eval_shape(init, keys)
 
 
 def make_chunk(algo: Algorithm, config, length: int, eval_episodes: int = 0):
@@ -72,15 +95,17 @@ def make_chunk(algo: Algorithm, config, length: int, eval_episodes: int = 0):
     """
 
     def chunk(state):
-        return jax.lax.scan(lambda s, _: algo.update(config, s), state, None, length=length)
+        return jax.lax.scan(lambda s, _: base.iteration(algo, config, s), state, None, length=length)
 
     if not eval_episodes:
         return chunk
 
     def chunk_and_evaluate(state, eval_key, iteration):
         state, metrics = chunk(state)
-        act, normalize = algo.evaluation_policy(config, state, deterministic=True)
-        out = evaluate(config.env, act, jax.random.fold_in(eval_key, iteration), eval_episodes, normalize=normalize)
+        with parallel.suspended():  # every device plays the same evaluation episodes with its (equal) parameters
+            act, normalize = algo.evaluation_policy(config, state, deterministic=True)
+            key = jax.random.fold_in(eval_key, iteration)
+            out = evaluate(config.env, act, key, eval_episodes, normalize=normalize)
         finished = out["finished"] > 0
         scores = {
             "eval_return": jnp.where(finished, out["mean_return"], jnp.nan),
@@ -92,17 +117,48 @@ def make_chunk(algo: Algorithm, config, length: int, eval_episodes: int = 0):
     return chunk_and_evaluate
 
 
-def compile_programs(algo: Algorithm, config, init, keys, abstract_state, plan, eval_episodes: int, keys_eval):
-    """Compiles one vmapped chunk program per distinct (size, evaluated) of `plan`, and runs `init` on `keys`
-    unless `init` is None (a resume). XLA compiles outside the GIL, so the programs compile side by side on
-    separate cores. Returns (initial state or None, {(size, evaluated): compiled chunk})."""
+def make_chunk_program(algo: Algorithm, config, size: int, eval_episodes: int = 0, mesh: Mesh | None = None):
+    """The jitted chunk over every seed (vmapped `make_chunk`); with a `mesh`, over a device-stacked state
+    [D, S, ...] (each device runs the per-device Config; metrics and evaluation scores come back replicated)."""
+    in_axes = (0, 0, None) if eval_episodes else 0
+    if mesh is None:
+        return jax.jit(jax.vmap(make_chunk(algo, config, size, eval_episodes), in_axes=in_axes))
+    chunk = jax.vmap(make_chunk(algo, parallel.local_config(config, mesh.size), size, eval_episodes), in_axes=in_axes)
+    stacked, replicated = P(parallel.AXIS), P()
+
+    def program(state, *args):
+        out = chunk(parallel.drop_device_axis(state), *args)
+        return (parallel.add_device_axis(out[0]), *out[1:])
+
+    in_specs = (stacked, replicated, replicated) if eval_episodes else (stacked,)
+    out_specs = (stacked, replicated, replicated) if eval_episodes else (stacked, replicated)
+    sharded = parallel.shard(program, mesh, in_specs=in_specs, out_specs=out_specs)
+    return _jit_sharded(sharded, mesh, in_specs, out_specs)
+
+
+def _jit_sharded(fn, mesh: Mesh, in_specs, out_specs):
+    """`jax.jit` of a shard_map with its inputs and outputs placed as its specs say (so that a program compiled
+    ahead of time takes the device-stacked state as the runner holds it)."""
+
+    def named(specs):
+        return jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, P))
+
+    return jax.jit(fn, in_shardings=named(in_specs), out_shardings=named(out_specs))
+
+
+def compile_programs(
+    algo: Algorithm, config, init, keys, abstract_state, plan, eval_episodes: int, keys_eval, mesh=None
+):
+    """Compiles one vmapped chunk program per distinct (size, evaluated) of `plan` (over `mesh` when given),
+    and runs `init` on `keys` unless `init` is None (a resume). XLA compiles outside the GIL, so the programs
+    compile side by side on separate cores. Returns (initial state or None, {(size, evaluated): compiled chunk})."""
     iteration_arg = jax.ShapeDtypeStruct((), np.int32)
 
     def lower(size, with_eval):
         if with_eval:
-            program = jax.jit(jax.vmap(make_chunk(algo, config, size, eval_episodes), in_axes=(0, 0, None)))
+            program = make_chunk_program(algo, config, size, eval_episodes, mesh)
             return program.lower(abstract_state, keys_eval, iteration_arg).compile()
-        return jax.jit(jax.vmap(make_chunk(algo, config, size))).lower(abstract_state).compile()
+        return make_chunk_program(algo, config, size, mesh=mesh).lower(abstract_state).compile()
 
     programs = set(plan)
     pool = ThreadPoolExecutor(max_workers=1 + len(programs))

@@ -29,12 +29,16 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
+from jaxrl import parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm, to_dict
 from jaxrl.run import checkpoint, logging
 from jaxrl.run.compile import EVAL_METRICS, check_memory, chunk_plan, compile_programs, eval_keys, make_init
+from jaxrl.run.compile import abstract_state as compile_state_shape
 from jaxrl.run.report import RunResult, write_summary
 
 
@@ -199,10 +203,14 @@ def validate_run(
     eval_episodes: int = 16,
     resume: bool = False,
     run_dir=None,
+    devices=1,
 ) -> None:
     """Everything `run` checks before it writes or compiles anything: `algo.validate(config)`, the runner's
-    own arguments, and the rough memory estimate of the env batch and the rollout (`compile.check_memory`)."""
+    own arguments, the per-device Config on `devices` (`base.data_parallel_config`), and the rough memory
+    estimate of the env batch and the rollout (`compile.check_memory`)."""
     algo.validate(config)
+    if devices != 1:
+        base.data_parallel_config(config, devices)
     _count(seeds, "seeds", 1, "need at least one seed")
     _count(seed, "seed", 0, "the base random seed is an integer >= 0")
     _count(num_chunks, "num_chunks", 1, "a number of compiled chunks, >= 1")
@@ -348,6 +356,7 @@ def run(
     sinks: list | None = None,
     target_return: float | None = None,
     name: str | None = None,
+    devices=1,
 ) -> RunResult:
     """Trains `seeds` seeds of `algo` (an `Algorithm`: Config/validate/init/update/evaluation_policy) under one
     `jax.vmap`; seed j uses the key `split(key(seed), seeds)[j]`.
@@ -363,6 +372,10 @@ def run(
     `eval_every=K > 0` evaluates the policy deterministically on `eval_episodes` fresh episodes per seed after
     every K-th chunk and after the last one, inside the compiled chunk. `name`: the algorithm's name in
     config.json and the progress bar (default: its registered name, `base.name_of(algo)`).
+
+    `devices` (a count, "all", a Mesh or a list of devices; default 1): with more than one, each seed's ONE
+    policy trains data-parallel over them (`jaxrl.parallel`); the state is device-stacked (leaves [D, S, ...]),
+    checkpoints restore on any device count, and the metrics are the global ones.
     """
     validate_run(
         algo,
@@ -375,7 +388,11 @@ def run(
         eval_episodes=eval_episodes,
         resume=resume,
         run_dir=run_dir,
+        devices=devices,
     )
+    mesh = None if devices == 1 else base.data_parallel_config(config, devices)[0]
+    mesh = None if mesh is not None and mesh.size == 1 else mesh
+    num_devices = 1 if mesh is None else mesh.size
     algo_name = base.name_of(algo) if name is None else name
     keys = jax.random.split(jax.random.key(seed), seeds)
     info = _run_info(algo_name, seeds, seed, config, eval_every, eval_episodes)
@@ -401,16 +418,24 @@ def run(
         try:
             if written:
                 (run_dir / "config.json").write_text(json.dumps(info, indent=2))
-            init = make_init(algo, config)
+            init = make_init(algo, config, mesh)
             abstract_state = jax.eval_shape(init, keys)
             done, history = 0, []
             if resume:
-                done, state, restored = checkpoint.restore(checkpoints, abstract_state, info)
+                done, state, restored = checkpoint.restore(
+                    checkpoints,
+                    abstract_state,
+                    info,
+                    devices=num_devices,
+                    like_for=lambda d: compile_state_shape(algo, config, keys, d),
+                )
+                if mesh is not None:
+                    state = jax.device_put(state, NamedSharding(mesh, P(parallel.AXIS)))
                 history = [restored]
             plan = chunk_plan(config.num_iterations - done, num_chunks, eval_every)
             keys_eval = eval_keys(seed, seeds)
             initial, compiled = compile_programs(
-                algo, config, None if resume else init, keys, abstract_state, plan, eval_episodes, keys_eval
+                algo, config, None if resume else init, keys, abstract_state, plan, eval_episodes, keys_eval, mesh
             )
         except KeyboardInterrupt as error:
             discard()
@@ -442,7 +467,7 @@ def run(
         def save():
             if checkpoints is not None and history and saved[0] != done:
                 merged = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
-                checkpoint.save(checkpoints, done, state, merged, info)
+                checkpoint.save(checkpoints, done, state, merged, info, devices=num_devices)
                 saved[0] = done
 
         run_start = time.perf_counter()

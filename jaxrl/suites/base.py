@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxrl import parallel
 from jaxrl.envs import EnvSpec
 
 # reset(key) -> (obs, state) and step(key, state, action) -> (obs, state, reward, terminated, truncated) of ONE
@@ -88,10 +89,10 @@ class AutoResetVecEnv:
         return self.num_envs * min(num_steps, -(-num_steps // self.time_limit))
 
     def reset(self, key: jax.Array):
-        return jax.vmap(self.reset_fn)(jax.random.split(key, self.num_envs))
+        return jax.vmap(self.reset_fn)(jax.random.split(parallel.device_key(key), self.num_envs))
 
     def step(self, key: jax.Array, state, action: jax.Array):
-        keys = jax.random.split(key, (2, self.num_envs))
+        keys = jax.random.split(parallel.device_key(key), (2, self.num_envs))
         obs, stepped, reward, terminated, truncated = jax.vmap(self.step_fn)(keys[0], state, action)
         terminated, truncated = terminated.astype(bool), truncated.astype(bool)
         done = terminated | truncated

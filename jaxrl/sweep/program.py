@@ -151,9 +151,19 @@ def _place(x: np.ndarray, sharding: NamedSharding) -> jax.Array:
     return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
 
-def compile_program(sweep, seeds: int, seed: int, algo: Algorithm | None, devices, method: str):
+# XLA's algebraic simplifier rewrites the program differently for one device and for a module partitioned over
+# several (e.g. optax's clip `t / g_norm` becomes `t * (1 / g_norm)` on one device only), which rounds a sweep's
+# rows differently by device count; without it the rows are bit-identical on any device count (measured: PPO,
+# 4 rows x 30 iterations, 1 vs 2 CPU devices), at some speed (about 20% slower there)
+DEVICE_INDEPENDENT_OPTIONS = {"xla_disable_hlo_passes": "algsimp"}
+
+
+def compile_program(
+    sweep, seeds: int, seed: int, algo: Algorithm | None, devices, method: str, device_independent: bool = False
+):
     """Validates, batches, places and compiles; returns (compiled, (configs_B, key_data_B), sweep, algo, devices,
-    compile_s). Used by `run` and by the benchmarks (which call the compiled program repeatedly)."""
+    compile_s). Used by `run` and by the benchmarks (which call the compiled program repeatedly).
+    `device_independent`: compile with `DEVICE_INDEPENDENT_OPTIONS`."""
     if not isinstance(sweep, Sweep):
         sweep = from_points(sweep, [{}])
     algo = _algorithm(sweep.base, algo)
@@ -171,7 +181,7 @@ def compile_program(sweep, seeds: int, seed: int, algo: Algorithm | None, device
     # every process computed the same full inputs; each places only the shards of its own devices
     args = jax.tree.map(lambda x: _place(np.asarray(x), sharding), (configs_b, jax.random.key_data(keys_b)))
     start = time.perf_counter()
-    compiled = program.lower(*args).compile()
+    compiled = program.lower(*args).compile(DEVICE_INDEPENDENT_OPTIONS if device_independent else None)
     return compiled, args, sweep, algo, devices, time.perf_counter() - start
 
 
@@ -183,6 +193,7 @@ def run(
     devices: Sequence[jax.Device] | None = None,
     method: str = "jit",
     keep_state: bool = True,
+    device_independent: bool = False,
 ) -> Results:
     """Trains every (config, seed) pair of `sweep` (a Sweep, or one Config) in one compiled program, the pairs
     sharded over `devices` (default: all of `jax.devices()`).
@@ -191,14 +202,18 @@ def run(
     (default and only choice: the registered algorithm of the sweep's Config, `base.algorithm_of`). method:
     "jit" (`jax.jit` with NamedSharding in/out shardings; XLA's SPMD partitioner splits the batch axis) or
     "shard_map" (each device runs `vmap(base.train)` on its block). Every point is validated (`algo.validate`)
-    before compiling. keep_state=False drops the final training states.
+    before compiling. keep_state=False drops the final training states. device_independent=True compiles without
+    XLA's algebraic simplifier (`DEVICE_INDEPENDENT_OPTIONS`): every row is then bit-identical on any device
+    count, though not to a default-compiled run, and slower.
 
     Under `initialize_distributed` (several processes), every process calls `run` with the same arguments;
     `devices` defaults to the devices of all processes, each process runs its own block of the (config x seed)
     rows, and every process gets the whole Results (metrics, and with keep_state the final states as NumPy
     arrays, gathered from all processes through jax.distributed's key-value store).
     """
-    compiled, args, sweep, algo, devices, compile_s = compile_program(sweep, seeds, seed, algo, devices, method)
+    compiled, args, sweep, algo, devices, compile_s = compile_program(
+        sweep, seeds, seed, algo, devices, method, device_independent
+    )
     start = time.perf_counter()
     state, metrics = jax.block_until_ready(compiled(*args))
     run_s = time.perf_counter() - start

@@ -1,0 +1,115 @@
+"""Scaling of ONE training run over devices (data parallelism, `jaxrl.parallel`): env steps/s, ratio to one
+device and compile seconds of `make_train(config, devices=d)` for each d of `--devices`.
+
+PPO on CartPole-v1 with num_envs environments in total (split over the d devices), num_steps 128, 4 epochs x 4
+minibatches (PureJaxRL's CartPole settings at many envs). Every program is compiled first (`compile_s`), then
+called round robin in the order 1, 2, ..., 2, 1 (`--repeats` rounds), so that a change of the machine's load hits
+every device count alike; run seconds: the fastest call, and its cores used = process CPU seconds / wall
+seconds (below the device count when other work shares the machine). On a CPU the devices are XLA CPU
+devices, one per core (`--cpu-cores`, default: the largest of --devices; set before JAX starts). Writes
+benchmarks/results/scaling[_TAG].json and .md. Usage: `python -m benchmarks.scaling [--devices 1,2]
+[--num-envs 2048] [--iterations 4] [--repeats 2]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--devices", default="1,2", help="device counts, comma-separated (default 1,2)")
+    parser.add_argument("--cpu-cores", type=int, default=None, help="XLA CPU devices (default: max of --devices)")
+    parser.add_argument("--num-envs", type=int, default=2048, help="environments in total (default 2048)")
+    parser.add_argument("--num-steps", type=int, default=128)
+    parser.add_argument("--iterations", type=int, default=4, help="PPO iterations per timed call")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds of calls (1, 2, ..., 2, 1 each)")
+    parser.add_argument("--tag", default="", help="suffix of the result files (e.g. the machine)")
+    args = parser.parse_args(argv)
+    args.devices = [int(d) for d in args.devices.split(",")]
+    return args
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far (all its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main(argv=None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    import jax
+
+    from jaxrl.sweep import use_cpu_cores
+
+    if jax.default_backend() == "cpu" or os.environ.get("JAX_PLATFORMS", "") == "cpu":
+        use_cpu_cores(args.cpu_cores or max(args.devices), reset=True)
+    from benchmarks import common
+    from jaxrl.algos import base, ppo
+
+    config = ppo.Config(
+        num_envs=args.num_envs,
+        num_steps=args.num_steps,
+        total_timesteps=args.num_envs * args.num_steps * args.iterations,
+    )
+    available = len(jax.devices())
+    counts = [d for d in args.devices if d <= available]
+    key = jax.random.key(0)
+    programs, rows = {}, {}
+    load_before = os.getloadavg()
+    for d in counts:
+        start = time.perf_counter()
+        programs[d] = jax.jit(base.make_train(config, devices=d)).lower(key).compile()
+        rows[d] = {"devices": d, "compile_s": time.perf_counter() - start, "run_s": float("inf")}
+    order = counts + counts[::-1]
+    for _ in range(args.repeats):
+        for d in order:
+            start, cpu_start = time.perf_counter(), cpu_seconds()
+            state, metrics = jax.block_until_ready(programs[d](key))
+            run_s = time.perf_counter() - start
+            if run_s < rows[d]["run_s"]:
+                rows[d]["run_s"], rows[d]["cores_used"] = run_s, (cpu_seconds() - cpu_start) / run_s
+            rows[d]["episode_return_last"] = float(metrics["episode_return"][-1])
+    steps = common.env_steps(config)
+    base_rate = steps / rows[counts[0]]["run_s"]
+    for row in rows.values():
+        row["steps_per_s"] = steps / row["run_s"]
+        row["ratio"] = row["steps_per_s"] / base_rate
+    record = {
+        "benchmark": "scaling",
+        "config": base.to_dict(config),
+        "env_steps_per_call": steps,
+        "repeats": args.repeats,
+        "order": order,
+        "rows": list(rows.values()),
+        "machine": common.machine(),
+        "load_average_before": list(load_before),
+        "load_average_after": list(os.getloadavg()),
+    }
+    suffix = f"_{args.tag}" if args.tag else ""
+    out = common.write_json(f"benchmarks/results/scaling{suffix}.json", record)
+    lines = [
+        f"PPO {config.env}, {config.num_envs} envs in total x {config.num_steps} steps, {args.iterations} iterations "
+        f"per call, fastest of {args.repeats} rounds ({', '.join(map(str, order))}); {jax.devices()[0].platform}, "
+        f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}",
+        "",
+        "| devices | env steps/s | ratio to 1 device | compile s | cores used |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {r['devices']} | {r['steps_per_s']:,.0f} | {r['ratio']:.2f} | {r['compile_s']:.1f} | "
+            f"{r['cores_used']:.2f} |"
+            for r in rows.values()
+        ),
+    ]
+    text = "\n".join(lines) + "\n"
+    out.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
