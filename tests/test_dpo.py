@@ -146,6 +146,7 @@ def test_dpo_loss_and_gradient_match_numpy_on_a_hand_built_group(mode):
     np.testing.assert_allclose(stats["reward_accuracy"], np.mean(h > 0), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_behaviour_reference_is_the_stored_log_probs():
     """With reference="behaviour" the stored log-probs are the collecting policy's: before any step h = 0 on every
     pair, the loss is log 2 and the reward accuracy 0."""

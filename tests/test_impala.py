@@ -136,6 +136,7 @@ def test_impala_learns_cartpole():
     assert final.mean() >= 300.0 and np.all(final >= 150.0), final
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("normalize", [False, True])
 def test_truncated_weights_times_an_advantage_offset_drift_the_gaussian_mean(normalize):
     """The cause of IMPALA's Pendulum failure (mean |m| 8.9 outside the bounds [-2, 2], return -1600): for

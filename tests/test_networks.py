@@ -164,7 +164,8 @@ def test_orthogonal_matches_jax_orthogonal_for_the_same_key(shape):
     np.testing.assert_allclose(np.asarray(ours), np.asarray(reference), atol=2e-4)
 
 
-@pytest.mark.parametrize("layer_norm", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("layer_norm", [False, True])
 def test_one_torso_serves_every_head(layer_norm):
     """The same MLPTorso spec builds the hidden layers of the actor-critic, the Q-network, the continuous actors
     and the twin critics: same hidden kernel shapes everywhere, LayerNorms exactly where it says."""

@@ -102,6 +102,7 @@ def halves(tree):
     return jax.tree.map(lambda x: x.reshape((2, x.shape[0] // 2) + x.shape[1:]), tree)
 
 
+@pytest.mark.slow
 def test_averaged_gradient_step_equals_the_whole_batch():
     """PPO's loss with advantages normalised over the global minibatch: the optimiser update of 2 devices
     (each the gradient of its half, averaged by `average_gradients`) equals the update of the whole batch."""

@@ -133,6 +133,7 @@ def navix_oracle(name, max_steps):
     return oracle
 
 
+@pytest.mark.slow
 def test_navix_contract():
     """Navix-Empty-5x5 with a 12-step limit, 8 envs x 200 random steps: step_type TERMINATION -> terminated (the
     goal, reward > 0), TRUNCATION -> truncated at exactly 12 steps; the symbolic [5, 5, 3] grid kept as an image."""
@@ -202,6 +203,7 @@ def xminigrid_oracle(name, max_steps):
     return oracle
 
 
+@pytest.mark.slow
 def test_xminigrid_contract():
     """MiniGrid-Empty-5x5 with a 10-step limit, 8 envs x 200 random steps: LAST with discount 0 -> terminated (the
     goal, reward > 0), LAST with discount 1 -> truncated at exactly 10 steps; the [7, 7, 2] view kept as an image."""
@@ -431,6 +433,7 @@ def corridor_module(tmp_path, monkeypatch):
     sys.modules.pop("my_corridor", None)
 
 
+@pytest.mark.slow
 def test_registered_gymnax_env_trains_with_ppo(corridor_module):
     """A gymnax-API environment registered under an id of one's own: make() vectorises it with its time limit
     (20 steps -> at most ceil(T / 20) truncations per env), and PPO learns it (walk right: return 1 in 4 steps)."""
@@ -458,6 +461,7 @@ def test_registered_vec_env_and_refused_ids():
         envs.register("CartPole-v1", lambda: None)
 
 
+@pytest.mark.slow
 def test_cli_env_module_registers_for_train(corridor_module, tmp_path):
     """`jaxrl --env-module MODULE train ppo --env mine:Corridor-v0` imports MODULE first; without it the id is
     an unknown suite, one line."""
