@@ -58,8 +58,11 @@ ENVIRONMENTS = {
     "MountainCar-v0": (1_000_000, -118.0),
     "Pendulum-v1": (1_000_000, -130.0),
     "MountainCarContinuous-v0": (1_000_000, 90.0),
+    # gymnax README's MinAtar PPO checkpoints (github.com/RobertTLange/gymnax, "Implemented Accelerated Environments")
+    "Asterix-MinAtar": (10_000_000, 15.0),
     "Breakout-MinAtar": (10_000_000, 28.0),
-    "SpaceInvaders-MinAtar": (10_000_000, 300.0),
+    "Freeway-MinAtar": (10_000_000, 58.0),
+    "SpaceInvaders-MinAtar": (10_000_000, 131.0),
 }
 QUICK_ENVIRONMENTS = ("CartPole-v1", "Pendulum-v1")
 # name: (registered algorithm, config overrides that make the variant)

@@ -103,9 +103,40 @@ PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     ("impala", "MemoryChain-bsuite"): dict(
         core="gru", core_size=64, num_envs=32, num_steps=24, num_minibatches=4, update_epochs=2, learning_rate=1e-3
     ),
-    # gymnax-blines' MinAtar PPO batch shape: 64 envs x 128 steps, lr 5e-4, 4 epochs x 8 minibatches
+    # gymnax-blines' MinAtar PPO (agents/<game>/ppo.yaml, the same for every game): 64 envs x 128 steps, 4 epochs x 8
+    # minibatches, gamma 0.999, 2 x 256 relu MLP on the flattened image, a constant lr 5e-4 (theirs warms up over the
+    # first 5%), entropy 0.01, 1e7 steps. Breakout at 2e6, 2 seeds: 16.3 and 13.5, where gamma 0.99 with 2 x 64 tanh
+    # and an annealed lr plateaued at 6.5.
     **{
-        ("ppo", env): dict(num_envs=64, num_steps=128, learning_rate=5e-4, update_epochs=4, num_minibatches=8)
+        ("ppo", env): dict(
+            num_envs=64,
+            num_steps=128,
+            learning_rate=5e-4,
+            anneal_lr=False,
+            update_epochs=4,
+            num_minibatches=8,
+            gamma=0.999,
+            hidden_sizes=(256, 256),
+            activation="relu",
+        )
+        for env in MINATAR
+    },
+    # purejaxql's MinAtar PQN (config/alg/pqn_minatar.yaml: 128 envs x 32 steps, 2 epochs x 32 minibatches, RAdam
+    # 5e-4 annealed, lambda 0.65, epsilon to 0.05 over the first 10%, LayerNorm, unscaled rewards) with a 2 x 256 MLP
+    # in place of its CNN, which runs about 20x slower than the MLP on this CPU (benchmarks/results/torsos.md).
+    **{
+        ("pqn", env): dict(
+            num_envs=128,
+            num_steps=32,
+            update_epochs=2,
+            num_minibatches=32,
+            learning_rate=5e-4,
+            q_lambda=0.65,
+            epsilon_end=0.05,
+            epsilon_decay_fraction=0.1,
+            reward_scale=1.0,
+            hidden_sizes=(256, 256),
+        )
         for env in MINATAR
     },
 }
