@@ -8,6 +8,12 @@ state in `flax.struct` pytrees and are pure, so a VecEnv steps inside `jax.jit`,
 `info["final_observation"]` is the true successor observation of every env (before auto-reset): on a
 truncated step its value is what a return bootstraps from.
 
+Action masks: an env whose `EnvSpec.action_mask` is True has flat observations [N, D] whose last `action_dim`
+entries are the mask of that observation (1 valid, 0 not; `action_mask` reads it). The mask travels inside the
+observation, so the contract keeps one observation array and every path that stores or replays observations
+(rollouts, minibatches, replay, evaluation, final observations) carries it unchanged; `NormalizeObservation`
+leaves it raw, and the heads of `jaxrl.networks` mask their logits and action values with it.
+
 Ids: a plain id (`CartPole-v1`) is a gymnax environment; `suite:Name` (`navix:Navix-Empty-5x5-v0`,
 `brax:inverted_pendulum`, ...) is one of the suites of `jaxrl.suites`, an optional extra adapted to this same
 contract; any other id is one a user added with `register` (a gymnax 1.x environment or a VecEnv of their own).
@@ -50,6 +56,23 @@ class EnvSpec:
     action_dim: int  # number of actions (discrete) or the action vector's size (continuous)
     action_low: Any = None
     action_high: Any = None
+    action_mask: bool = False  # discrete, flat observations whose last action_dim entries are the action mask
+
+    def __post_init__(self):
+        flat = len(self.observation_shape) == 1 and self.observation_shape[0] >= self.action_dim
+        if self.action_mask and not (self.discrete and flat):
+            raise ValueError(
+                f"{self.env_id}: action_mask=True needs discrete actions and a flat observation of at least "
+                f"action_dim={self.action_dim} entries (its tail is the mask); got {self.observation_shape}."
+            )
+
+
+def action_mask(obs: jax.Array, num_actions: int) -> jax.Array:
+    """The valid actions [..., A] (bool) of observations [..., D] of an env with `EnvSpec.action_mask`: their
+    last A entries, > 0.5 where valid. Where an observation marks no action valid (a terminal one may), every
+    action counts as valid, so a policy, a greedy choice and a max stay defined."""
+    valid = obs[..., -num_actions:] > 0.5
+    return valid | ~valid.any(-1, keepdims=True)
 
 
 class VecEnv:
@@ -148,10 +171,12 @@ class RunningMeanStd:
     mean: jax.Array
     var: jax.Array
     count: jax.Array
+    raw_tail: int = struct.field(pytree_node=False, default=0)  # last features `normalize` leaves as they are
 
     @classmethod
-    def create(cls, shape):
-        return cls(jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32), jnp.array(1e-4, jnp.float32))
+    def create(cls, shape, raw_tail: int = 0):
+        zeros, ones = jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32)
+        return cls(zeros, ones, jnp.array(1e-4, jnp.float32), raw_tail)
 
     def update(self, batch: jax.Array) -> RunningMeanStd:
         batch_mean, batch_var, batch_count = parallel.mean_var(batch)  # over every device's envs
@@ -159,10 +184,14 @@ class RunningMeanStd:
         count = self.count + batch_count
         mean = self.mean + delta * batch_count / count
         m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / count
-        return RunningMeanStd(mean, m2 / count, count)
+        return self.replace(mean=mean, var=m2 / count, count=count)
 
     def normalize(self, x: jax.Array) -> jax.Array:
-        return jnp.clip((x - self.mean) / jnp.sqrt(self.var + 1e-8), -OBS_CLIP, OBS_CLIP)
+        """(x - mean) / std clipped to [-OBS_CLIP, OBS_CLIP]; the last `raw_tail` features (an action mask) raw."""
+        z = jnp.clip((x - self.mean) / jnp.sqrt(self.var + 1e-8), -OBS_CLIP, OBS_CLIP)
+        if not self.raw_tail:
+            return z
+        return jnp.concatenate([z[..., : -self.raw_tail], x[..., -self.raw_tail :]], axis=-1)
 
 
 @struct.dataclass
@@ -172,11 +201,13 @@ class NormalizeObservationState:
 
 
 class NormalizeObservation(Wrapper):
-    """Normalises observations (and `final_observation`) by running statistics updated every step."""
+    """Normalises observations (and `final_observation`) by running statistics updated every step; an action
+    mask (`EnvSpec.action_mask`) stays raw, for the policies to read."""
 
     def reset(self, key):
         obs, inner = self.inner.reset(key)
-        stats = RunningMeanStd.create(obs.shape[1:]).update(obs)
+        raw_tail = self.spec.action_dim if self.spec.action_mask else 0
+        stats = RunningMeanStd.create(obs.shape[1:], raw_tail).update(obs)
         return stats.normalize(obs), NormalizeObservationState(inner, stats)
 
     def step(self, key, state, action):

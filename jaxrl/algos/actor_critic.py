@@ -149,8 +149,8 @@ def make_network(config, spec: envs.EnvSpec) -> ActorCritic | RecurrentActorCrit
     """`ActorCritic` on the Config's torso, or `RecurrentActorCritic` (torso -> core -> head) when the Config
     names a recurrent `core`."""
     if recurrent(config):
-        return RecurrentActorCritic(spec.action_dim, spec.discrete, torso(config, spec), core(config))
-    return ActorCritic(spec.action_dim, spec.discrete, torso(config, spec))
+        return RecurrentActorCritic(spec.action_dim, spec.discrete, torso(config, spec), core(config), spec.action_mask)
+    return ActorCritic(spec.action_dim, spec.discrete, torso(config, spec), spec.action_mask)
 
 
 def policy_of(network, params) -> Callable:

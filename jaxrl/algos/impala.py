@@ -96,7 +96,7 @@ def validate(config: Config) -> None:
 
 def make_network(config: Config, spec: envs.EnvSpec) -> ActorCritic | ActorQCritic:
     if config.critic == "q":
-        return ActorQCritic(spec.action_dim, ac.torso(config, spec))
+        return ActorQCritic(spec.action_dim, ac.torso(config, spec), spec.action_mask)
     return ac.make_network(config, spec)
 
 

@@ -105,8 +105,9 @@ def make_network(config: Config, spec: envs.EnvSpec, dueling: bool = False) -> Q
     """`QNetwork` on the Config's torso, or `RecurrentQNetwork` (torso -> core -> Q) when it names a `core`."""
     torso = make_torso(config.torso, config.hidden_sizes, config.activation, config.layer_norm, spec.observation_shape)
     if recurrent(config):
-        return RecurrentQNetwork(spec.action_dim, torso, make_core(config.core, config.core_size), dueling)
-    return QNetwork(spec.action_dim, torso, dueling)
+        core = make_core(config.core, config.core_size)
+        return RecurrentQNetwork(spec.action_dim, torso, core, dueling, spec.action_mask)
+    return QNetwork(spec.action_dim, torso, dueling, spec.action_mask)
 
 
 def init_network(config: Config, network: QNetwork, key: jax.Array):

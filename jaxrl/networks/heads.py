@@ -8,6 +8,14 @@
   off-policy heads (DDPG, TD3, SAC), in actions normalised to [-1, 1]^A.
 
 Output gains: 0.01 for policy outputs (a near-uniform / centred initial policy), 1.0 for values.
+
+Action masks: a discrete head built with `action_mask=True` (from `EnvSpec.action_mask`) reads the valid actions
+off its observation's tail (`envs.action_mask`) and outputs `MASKED` (float32's finfo.min) for the others, as
+logits or as action values. Masking the head's output, in one place, makes every consumer respect the mask
+unchanged: a categorical's softmax, sample, mode, log-prob and entropy give masked actions probability 0, an
+argmax or max over action values (greedy choices, Q-learning targets, double DQN) never picks them, and
+`epsilon_greedy` explores only among the actions whose value is above `MASKED`. finfo.min rather than -inf keeps
+0 * masked = 0 (entropies, expectations) and the gradients finite.
 """
 
 from __future__ import annotations
@@ -17,9 +25,17 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxrl.envs import action_mask
 from jaxrl.networks.torsos import MLPTorso, Torso, dense, flatten_observation
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the squashed Gaussian actor's log std range (as in CleanRL's SAC)
+MASKED = float(jnp.finfo(jnp.float32).min)  # the logit / action value of a masked action
+
+
+def mask_actions(out: jax.Array, obs: jax.Array) -> jax.Array:
+    """Logits or action values `out` [..., A] with `MASKED` at the actions the observations `obs` [..., D] mark
+    invalid (`envs.action_mask`: the last A entries of each observation)."""
+    return jnp.where(action_mask(obs, out.shape[-1]), out, MASKED)
 
 
 class TorsoHead(nn.Module):
@@ -38,13 +54,14 @@ class TorsoHead(nn.Module):
 class ActorCritic(nn.Module):
     """Separate actor and critic networks on one kind of torso. `__call__(obs) -> (distribution, value)`.
 
-    Discrete actions get a categorical head over `action_dim` logits; continuous actions a diagonal Gaussian
-    with a state-independent learned log standard deviation.
+    Discrete actions get a categorical head over `action_dim` logits (masked with `action_mask`); continuous
+    actions a diagonal Gaussian with a state-independent learned log standard deviation.
     """
 
     action_dim: int
     discrete: bool
     torso: MLPTorso = MLPTorso()
+    action_mask: bool = False
 
     def setup(self):
         self.actor = TorsoHead(self.torso, self.action_dim, 0.01)
@@ -58,7 +75,7 @@ class ActorCritic(nn.Module):
     def policy(self, obs: jax.Array) -> distrax.Distribution:
         out = self.actor(obs)
         if self.discrete:
-            return distrax.Categorical(logits=out)
+            return distrax.Categorical(logits=mask_actions(out, obs) if self.action_mask else out)
         return distrax.MultivariateNormalDiag(out, jnp.exp(self.log_std))
 
     def value(self, obs: jax.Array) -> jax.Array:
@@ -69,11 +86,13 @@ class ActorQCritic(nn.Module):
     """A categorical actor and an action-value critic Q(o, .) [..., action_dim], separate networks.
 
     `value(obs)` is the policy's expected action value E_{a ~ pi} Q(o, a), the state value a Retrace learner
-    bootstraps from.
+    bootstraps from. With `action_mask` the actor's logits are masked (the critic's values are not: a masked
+    action's value is weighted by its probability 0).
     """
 
     action_dim: int
     torso: MLPTorso = MLPTorso()
+    action_mask: bool = False
 
     def setup(self):
         self.actor = TorsoHead(self.torso, self.action_dim, 0.01)
@@ -82,44 +101,54 @@ class ActorQCritic(nn.Module):
     def __call__(self, obs: jax.Array) -> tuple[distrax.Distribution, jax.Array]:
         return self.policy(obs), self.q_values(obs)
 
+    def logits(self, obs: jax.Array) -> jax.Array:
+        out = self.actor(obs)
+        return mask_actions(out, obs) if self.action_mask else out
+
     def policy(self, obs: jax.Array) -> distrax.Distribution:
-        return distrax.Categorical(logits=self.actor(obs))
+        return distrax.Categorical(logits=self.logits(obs))
 
     def q_values(self, obs: jax.Array) -> jax.Array:
         return self.critic(obs)
 
     def value(self, obs: jax.Array) -> jax.Array:
-        return jnp.sum(jax.nn.softmax(self.actor(obs)) * self.critic(obs), axis=-1)
+        return jnp.sum(jax.nn.softmax(self.logits(obs)) * self.critic(obs), axis=-1)
 
 
 class QNetwork(nn.Module):
     """Action values Q(o, .) [..., action_dim] on a torso.
 
     `dueling` splits the output into a state value and centred advantages (Wang et al. 2016, eq. 9):
-    Q(o, a) = V(o) + A(o, a) - mean_a' A(o, a').
+    Q(o, a) = V(o) + A(o, a) - mean_a' A(o, a'). With `action_mask`, masked actions' values are `MASKED`.
     """
 
     action_dim: int
     torso: MLPTorso = MLPTorso((64, 64), "relu")
     dueling: bool = False
+    action_mask: bool = False
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = self.torso(obs)
         if not self.dueling:
-            return dense(self.action_dim, 1.0)(x)
-        value = dense(1, 1.0)(x)
-        advantage = dense(self.action_dim, 1.0)(x)
-        return value + advantage - advantage.mean(-1, keepdims=True)
+            q = dense(self.action_dim, 1.0)(x)
+        else:
+            value = dense(1, 1.0)(x)
+            advantage = dense(self.action_dim, 1.0)(x)
+            q = value + advantage - advantage.mean(-1, keepdims=True)
+        return mask_actions(q, obs) if self.action_mask else q
 
 
 def epsilon_greedy(q_values: jax.Array, epsilon) -> distrax.Categorical:
-    """The epsilon-greedy policy over q_values [..., A]: a uniform action with probability epsilon, else the
-    greedy one (ties to the first), i.e. probs = epsilon / A + (1 - epsilon) onehot(argmax q). Its log_prob is
-    the behaviour log-probability an off-policy correction needs."""
+    """The epsilon-greedy policy over q_values [..., A]: a uniform action among the valid ones (value above
+    `MASKED`; all of them without a mask) with probability epsilon, else the greedy one (ties to the first), i.e.
+    probs = epsilon valid / sum(valid) + (1 - epsilon) onehot(argmax q). Its log_prob is the behaviour
+    log-probability an off-policy correction needs."""
     num_actions = q_values.shape[-1]
     greedy = jax.nn.one_hot(jnp.argmax(q_values, axis=-1), num_actions)
-    return distrax.Categorical(probs=epsilon / num_actions + (1.0 - epsilon) * greedy)
+    valid = q_values > MASKED
+    uniform = epsilon * valid / valid.sum(-1, keepdims=True)  # epsilon / A exactly where nothing is masked
+    return distrax.Categorical(probs=uniform + (1.0 - epsilon) * greedy)
 
 
 class DeterministicActor(nn.Module):

@@ -21,6 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxrl.networks.heads import mask_actions
 from jaxrl.networks.torsos import MLPTorso, dense, orthogonal
 
 CORES = ("none", "gru")
@@ -92,12 +93,14 @@ class RecurrentHead(nn.Module):
 class RecurrentActorCritic(nn.Module):
     """Separate actor and critic, each torso -> core -> head, with its own hidden state: the state is the pair
     `(h_actor, h_critic)`, each [B, core.size]. `__call__(hidden, obs [T, B, ...], starts [T, B]) -> (hidden_T,
-    distribution [T, B], value [T, B])`; the rollout calls it with T = 1."""
+    distribution [T, B], value [T, B])`; the rollout calls it with T = 1. `action_mask` masks the logits
+    (`heads.mask_actions`)."""
 
     action_dim: int
     discrete: bool
     torso: MLPTorso = MLPTorso()
     core: GRUCore | IdentityCore = GRUCore()
+    action_mask: bool = False
 
     def setup(self):
         self.actor = RecurrentHead(self.torso, self.core, self.action_dim, 0.01)
@@ -113,7 +116,7 @@ class RecurrentActorCritic(nn.Module):
     def policy(self, h, obs, starts) -> tuple[jax.Array, distrax.Distribution]:
         h, out = self.actor(h, obs, starts)
         if self.discrete:
-            return h, distrax.Categorical(logits=out)
+            return h, distrax.Categorical(logits=mask_actions(out, obs) if self.action_mask else out)
         return h, distrax.MultivariateNormalDiag(out, jnp.exp(self.log_std))
 
     def value(self, h, obs, starts) -> tuple[jax.Array, jax.Array]:
@@ -124,22 +127,26 @@ class RecurrentActorCritic(nn.Module):
 class RecurrentQNetwork(nn.Module):
     """Action values over sequences: torso -> core -> Q head (`heads.QNetwork`'s output, dueling optional).
     `__call__(h [B, H], obs [T, B, ...], starts [T, B]) -> (h_T, Q [T, B, action_dim])`; with `IdentityCore` its
-    parameters are exactly `QNetwork`'s (PQN-RNN, as purejaxql's: one core, one state)."""
+    parameters are exactly `QNetwork`'s (PQN-RNN, as purejaxql's: one core, one state). `action_mask` sets
+    masked actions' values to `heads.MASKED`."""
 
     action_dim: int
     torso: MLPTorso = MLPTorso((128, 128), "relu")
     core: GRUCore | IdentityCore = GRUCore()
     dueling: bool = False
+    action_mask: bool = False
 
     @nn.compact
     def __call__(self, h, obs, starts):
         x = self.torso(obs)
         h, x = self.core(h, x, starts)
         if not self.dueling:
-            return h, dense(self.action_dim, 1.0)(x)
-        value = dense(1, 1.0)(x)
-        advantage = dense(self.action_dim, 1.0)(x)
-        return h, value + advantage - advantage.mean(-1, keepdims=True)
+            q = dense(self.action_dim, 1.0)(x)
+        else:
+            value = dense(1, 1.0)(x)
+            advantage = dense(self.action_dim, 1.0)(x)
+            q = value + advantage - advantage.mean(-1, keepdims=True)
+        return h, mask_actions(q, obs) if self.action_mask else q
 
 
 def initial_state(core: GRUCore | IdentityCore, batch: int) -> jax.Array:

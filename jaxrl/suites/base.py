@@ -116,8 +116,9 @@ def observation_shape(reset_fn: ResetFn) -> tuple[int, ...]:
     return tuple(obs.shape)
 
 
-def discrete_spec(env_id: str, reset_fn: ResetFn, num_actions: int) -> EnvSpec:
-    return EnvSpec(env_id, observation_shape(reset_fn), True, int(num_actions))
+def discrete_spec(env_id: str, reset_fn: ResetFn, num_actions: int, action_mask: bool = False) -> EnvSpec:
+    """`action_mask`: the last `num_actions` entries of `reset_fn`'s flat observations are the action mask."""
+    return EnvSpec(env_id, observation_shape(reset_fn), True, int(num_actions), action_mask=action_mask)
 
 
 def box_spec(env_id: str, reset_fn: ResetFn, low, high) -> EnvSpec:
