@@ -216,6 +216,23 @@ def test_xminigrid_contract():
     np.testing.assert_array_equal(out["terminated"], out["reward"] > 0)
 
 
+def test_xminigrid_benchmark_ruleset_not_on_disk_is_one_line(monkeypatch, tmp_path):
+    """A benchmark ruleset id whose benchmark xminigrid has not downloaded is refused in one line naming the fix,
+    without touching the network (jaxrl never downloads); a malformed id names the expected form."""
+    pytest.importorskip("xminigrid")
+    from xminigrid import benchmarks
+
+    monkeypatch.setattr(benchmarks, "DATA_PATH", str(tmp_path))
+    with pytest.raises(FileNotFoundError) as error:
+        envs.make("xminigrid:XLand-MiniGrid-R1-9x9", 2, ruleset="trivial-21k/3")
+    message = str(error.value)
+    assert "\n" not in message and "'trivial-21k' is not on disk" in message
+    assert "xminigrid.load_benchmark('trivial-21k')" in message and "huggingface.co" in message
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="expected '<benchmark>/<index>'"):
+        envs.make("xminigrid:XLand-MiniGrid-R1-9x9", 2, ruleset="no-such-benchmark/0")
+
+
 @pytest.mark.slow
 def test_ppo_learns_xminigrid_empty():
     """PPO defaults (16 envs x 64 steps, MLP over the [7, 7, 2] view) on MiniGrid-Empty-6x6 (limit 144): 100k
