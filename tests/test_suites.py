@@ -187,6 +187,23 @@ def test_craftax_classic_contract():
     assert env.spec.observation_shape == (1345,) and env.spec.action_dim == 17
 
 
+@pytest.mark.slow  # 97 s on the 2 shared cores at load 7: compile 55 s, run 42 s
+def test_ppo_learns_craftax_classic():
+    """PPO (16 envs x 64 steps, MLP 64x64, lr 1e-3, GAE lambda 0.8) on Craftax-Classic-Symbolic (reward: +1 per
+    achievement unlocked, +-0.1 per health point): 16,384 steps (16 iterations), 2 seeds. Measured: mean return
+    of the episodes completed in the last 10 iterations 2.78 / 2.69 (74 / 75 episodes); a random policy, 32 envs
+    x 1500 steps: 1.45 (std 1.31 over 327 episodes, length 137). Asserted: >= 2.2 on both seeds, 5 standard
+    errors of a random mean over 74 episodes above it."""
+    pytest.importorskip("craftax")
+    config = ppo.Config(
+        env="craftax:Craftax-Classic-Symbolic-v1", total_timesteps=16_384, learning_rate=1e-3, gae_lambda=0.8
+    )
+    _, metrics = jax.jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(0), 2))
+    returns, episodes = (np.asarray(metrics[k])[:, -10:] for k in ("episode_return", "episodes"))
+    mean_returns = (np.nan_to_num(returns) * episodes).sum(1) / episodes.sum(1)  # over the episodes, not iterations
+    assert (mean_returns >= 2.2).all(), mean_returns
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # XLand-MiniGrid
 # ---------------------------------------------------------------------------------------------------------------
@@ -286,8 +303,9 @@ def test_jumanji_snake_contract():
 def test_ppo_learns_jumanji_snake():
     """PPO defaults with normalize_observations (the step count grows to the 4000-step limit) on Snake-v1 on a 6x6
     board, registered as an id of its own (Config.env is a string; the board size is a constructor keyword):
-    100k steps, 2 seeds. Measured: final return (fruits per episode) 8.87 / 8.57 from 0.17 / 0.19 in the first
-    iterations. Asserted: >= 4 on both seeds."""
+    100k steps, 2 seeds, Snake's action mask applied (no move off the board or into the body). Measured: final
+    return (fruits per episode) 15.6 / 15.7 from 5.0 / 6.0 in the first iterations that completed episodes
+    (before masks were applied: 8.9 / 8.6 from 0.2). Asserted: >= 10 on both seeds."""
     pytest.importorskip("jumanji")
     factory = lambda num_envs: suites.make("jumanji:Snake-v1", num_envs, num_rows=6, num_cols=6)  # noqa: E731
     envs.register("test:Snake-6x6-v1", factory, vectorised=True)
@@ -296,7 +314,7 @@ def test_ppo_learns_jumanji_snake():
         returns, _ = final_returns(config)
     finally:
         envs._REGISTERED.pop("test:Snake-6x6-v1")
-    assert (returns >= 4).all(), returns
+    assert (returns >= 10).all(), returns
 
 
 # ---------------------------------------------------------------------------------------------------------------
