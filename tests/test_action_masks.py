@@ -1,6 +1,6 @@
 """Tests for action masks (`EnvSpec.action_mask`): the heads' masked logits and action values against NumPy, the
-policies of PPO, DQN and PQN (behaviour and evaluation) never choosing a masked action, the mask kept raw by
-observation normalisation, and Jumanji's mask being the suite's own.
+policies of PPO, DQN and PQN (behaviour and evaluation; recurrent PPO and PQN, IMPALA's Q-critic actor) never
+choosing a masked action, the mask kept raw by observation normalisation, and Jumanji's mask being the suite's own.
 
 `test:MaskedChoice-v0` is a toy env registered here: 4 actions, observation [2 noise features, the 4-entry mask];
 every step draws a fresh mask (action 0 valid half of the time, at least one of 1-3 always valid) and pays 1 for
@@ -17,10 +17,10 @@ import pytest
 
 from jaxrl import envs
 from jaxrl.algos import actor_critic as ac
-from jaxrl.algos import dqn, ppo, pqn, q_learning
+from jaxrl.algos import dqn, impala, ppo, pqn, q_learning
 from jaxrl.networks import ActorCritic, QNetwork, epsilon_greedy
 from jaxrl.networks.heads import MASKED
-from jaxrl.rollout import no_critic, reset, rollout
+from jaxrl.rollout import RecurrentAct, no_critic, reset, rollout
 from jaxrl.suites.base import AutoResetVecEnv, discrete_spec
 
 ENV_ID = "test:MaskedChoice-v0"
@@ -238,3 +238,24 @@ def test_jumanji_snake_mask_is_the_suites_own_and_ppo_respects_it():
     np.testing.assert_array_equal(info_mask, suite_mask)
     assert not suite_mask.all()  # some actions were masked
     assert_valid(obs, actions)
+
+
+@pytest.mark.parametrize(
+    "algo, overrides",
+    [(ppo, {"core": "gru"}), (pqn, {"core": "gru"}), (impala, {"critic": "q"})],
+    ids=["ppo-gru", "pqn-gru", "impala-q"],
+)
+def test_recurrent_and_q_critic_policies_respect_the_mask(algo, overrides):
+    """The other discrete heads (recurrent actor-critic, recurrent Q-network, IMPALA's actor with a Q critic):
+    their evaluation policies, sampled (and greedy) from fresh parameters, pick only valid actions on 512
+    MaskedChoice observations."""
+    config = algo.Config(env=ENV_ID, **overrides)
+    state = algo.init(config, jax.random.key(0))
+    obs = jax.vmap(lambda k: choice_observation(k)[0])(jax.random.split(jax.random.key(1), 512))
+    for deterministic in (True, False):
+        act, _ = algo.evaluation_policy(config, state, deterministic)
+        if isinstance(act, RecurrentAct):
+            _, actions = jax.jit(act.step)(act.initial(512), obs, jnp.ones(512, bool), jax.random.key(2))
+        else:
+            actions = jax.jit(act)(obs, jax.random.key(2))
+        assert_valid(obs, actions)
