@@ -175,7 +175,7 @@ def test_ppo_never_picks_a_masked_action():
     assert (np.asarray(traj.actions)[zero_valid] == 0).mean() > 0.5
 
 
-@pytest.mark.parametrize("algo", [dqn, pqn])
+@pytest.mark.parametrize("algo", [dqn, pytest.param(pqn, marks=pytest.mark.slow)], ids=["dqn", "pqn"])
 def test_q_learning_never_picks_a_masked_action(algo):
     """DQN and PQN trained briefly on MaskedChoice: epsilon-greedy rollouts at epsilon 1, 0.5 and 0 (uniform
     exploration among the valid actions only, greedy in the masked values) and the evaluation policy (greedy and
@@ -240,6 +240,7 @@ def test_jumanji_snake_mask_is_the_suites_own_and_ppo_respects_it():
     assert_valid(obs, actions)
 
 
+@pytest.mark.slow  # 45 s: three more networks compiled (the quick tier keeps PPO's and DQN's checks)
 @pytest.mark.parametrize(
     "algo, overrides",
     [(ppo, {"core": "gru"}), (pqn, {"core": "gru"}), (impala, {"critic": "q"})],
