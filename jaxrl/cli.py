@@ -790,6 +790,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = build_parser().parse_args(argv)
     from jaxrl.run.checkpoint import CheckpointError
+    from jaxrl.run.hosts import LeadFailed
 
     try:
         return _command(args)
@@ -798,7 +799,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print("jaxrl: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, TypeError, OSError, OverflowError, ImportError, CheckpointError) as error:
+    except (ValueError, TypeError, OSError, OverflowError, ImportError, CheckpointError, LeadFailed) as error:
         if debug:
             raise
         print(f"jaxrl: error: {_one_line(error)}", file=sys.stderr)

@@ -285,3 +285,19 @@ def test_train_over_two_processes_writes_one_run_folder(tmp_path, cache):
                 assert got[name] == want[name], name
                 np.testing.assert_allclose(float(near[name]), float(want[name]), rtol=1e-5, atol=1e-6, err_msg=name)
     assert_trees_close(final_state(cut), final_state(two), rtol=0, atol=0)  # bit for bit, keys included
+
+
+@pytest.mark.slow
+def test_train_over_two_processes_fails_together(tmp_path, cache):
+    """A run folder that process 0 refuses (it holds a run): process 0 exits with its one-line error and
+    process 1, instead of waiting for it in a collective, with one naming process 0; both before compiling."""
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "config.json").write_text("{}")
+    start = time.monotonic()
+    procs = launch(train_processes(*TRAIN, "--run-dir", str(taken)), tmp_path, cache)
+    outputs = wait_all(procs, 120)
+    assert procs[0].returncode == 2 and "already holds a run" in outputs[0], outputs[0][-2000:]
+    assert procs[1].returncode == 2 and "process 0 could not create" in outputs[1], outputs[1][-2000:]
+    assert sorted(p.name for p in taken.iterdir()) == ["config.json"]
+    print(f"both processes stopped after {time.monotonic() - start:.1f} s")

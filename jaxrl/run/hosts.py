@@ -16,6 +16,10 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 
+class LeadFailed(RuntimeError):
+    """Process 0 failed in a step only it takes (see `on_lead`); its own error is in its output."""
+
+
 def lead() -> bool:
     """Whether this is process 0, the one that writes."""
     return jax.process_index() == 0
@@ -52,8 +56,8 @@ def from_lead(tree, like=None):
 
 def on_lead(fn: Callable, what: str):
     """`fn()` on process 0 (its result; None in the others), after which every process learns whether it
-    raised: then the others raise too, a RuntimeError naming `what`, instead of waiting for process 0 in the
-    next collective."""
+    raised: then the others raise too, `LeadFailed` naming `what`, instead of waiting for process 0 in the next
+    collective."""
     if jax.process_count() == 1:
         return fn()
     result, error = None, None
@@ -65,5 +69,5 @@ def on_lead(fn: Callable, what: str):
     if any_process(error is not None):
         if error is not None:
             raise error
-        raise RuntimeError(f"process 0 could not {what}; see its error.")
+        raise LeadFailed(f"process 0 could not {what}; see its error.")
     return result
