@@ -188,11 +188,19 @@ def test_two_processes_gather_final_states(cli_run, cache, tmp_path):
 # ONE training run over 2 processes: `jaxrl train --coordinator ...`
 # ---------------------------------------------------------------------------------------------------------------
 
-TRAIN = (
-    "train ppo --num-envs 8 --num-steps 16 --total-timesteps 512 --update-epochs 2 --num-minibatches 2 "
-    "--hidden-sizes 16,16 --seeds 2 --chunks 2 --checkpoint-every 1 --no-progress"
-).split()
 TRAIN_ITERATIONS = 4
+
+
+def train_flags(iterations: int = TRAIN_ITERATIONS, chunks: int = 2, checkpoint_every: int = 1) -> list[str]:
+    """`jaxrl train` of a tiny PPO (8 envs x 16 steps, 2 seeds) for `iterations`."""
+    return (
+        f"train ppo --num-envs 8 --num-steps 16 --total-timesteps {8 * 16 * iterations} --update-epochs 2 "
+        f"--num-minibatches 2 --hidden-sizes 16,16 --seeds 2 --chunks {chunks} --checkpoint-every "
+        f"{checkpoint_every} --no-progress"
+    ).split()
+
+
+TRAIN = train_flags()
 
 
 def cli(*args: str, timeout_s: int = TIMEOUT_S) -> str:
@@ -301,3 +309,28 @@ def test_train_over_two_processes_fails_together(tmp_path, cache):
     assert procs[1].returncode == 2 and "process 0 could not create" in outputs[1], outputs[1][-2000:]
     assert sorted(p.name for p in taken.iterdir()) == ["config.json"]
     print(f"both processes stopped after {time.monotonic() - start:.1f} s")
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_one_process_stops_both_at_a_chunk_boundary(tmp_path, cache):
+    """SIGINT to process 1 alone while a 2-process run trains: both processes stop at the same chunk boundary
+    (exit 130) and process 0 writes the checkpoint of the iterations every process completed."""
+    import signal
+
+    run_dir = tmp_path / "cut"
+    long = train_flags(iterations=1000, chunks=500, checkpoint_every=1000)
+    procs = launch(train_processes(*long, "--run-dir", str(run_dir)), tmp_path, cache)
+    deadline = time.monotonic() + TIMEOUT_S
+    metrics = run_dir / "metrics.csv"
+    while not metrics.exists() or len(metrics.read_text().splitlines()) < 9:  # a few chunks went by
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            break
+        time.sleep(0.05)
+    procs[1].send_signal(signal.SIGINT)
+    outputs = wait_all(procs, max(10.0, deadline - time.monotonic()))
+    assert [p.returncode for p in procs] == [130, 130], "\n---\n".join(o[-2000:] for o in outputs)
+    from jaxrl.run import checkpoint
+
+    done = checkpoint.latest_iteration(run_dir / "checkpoints")
+    assert done is not None and 0 < done < 1000
+    assert len(metric_rows(run_dir)) == 2 * done  # the checkpoint holds what the metrics show, on both seeds
