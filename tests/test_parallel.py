@@ -164,6 +164,7 @@ def policy_batch(network, params, n: int, key) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_trpo_policy_step_on_two_devices_equals_the_whole_batch():
     """TRPO's natural-gradient step with the batch split over 2 emulated devices (gradient, Fisher-vector
     products, the line search's KL and surrogate as device means) equals the step on the whole batch: the
@@ -184,6 +185,7 @@ def test_trpo_policy_step_on_two_devices_equals_the_whole_batch():
     assert not np.allclose(jax.tree.leaves(alone[0])[0], jax.tree.leaves(whole[0])[0], rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_vmpo_gradient_on_two_devices_equals_the_whole_batch():
     """V-MPO's loss with the minibatch split over 2 emulated devices: the top half selected over the gathered
     advantages, the weights and L_eta of the global minibatch, L_pi summed over it; the averaged gradients (of
