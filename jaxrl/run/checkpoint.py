@@ -137,7 +137,8 @@ def save(
     """Saves `state` (any pytree) after `iteration` completed iterations, with the per-iteration `metrics`
     ({name: [seeds, iteration]}) and JSON-able `info` (the config) used to check a resume. `devices`: the
     device count of a data-parallel state (device-stacked leaves [D, ...], saved as host arrays so that no
-    device layout is written; see `jaxrl.parallel`)."""
+    device layout is written; see `jaxrl.parallel`). A run over several processes calls it in process 0 alone,
+    with the state already gathered to host arrays (`hosts.to_host`, in every process)."""
     import orbax.checkpoint as ocp
 
     _discard_incomplete(Path(directory))
