@@ -303,13 +303,7 @@ def run_sweep(args) -> int:
     from jaxrl import sweep
 
     module = ALGORITHMS[args.algo]
-    if args.coordinator is not None or args.num_processes > 1:
-        if args.coordinator is None or args.process_id is None:
-            print("jaxrl: error: a multi-process sweep needs --coordinator HOST:PORT and --process-id", file=sys.stderr)
-            return 2
-        sweep.initialize_distributed(args.coordinator, args.num_processes, args.process_id, args.cpu_cores)
-    elif args.cpu_cores is not None:
-        sweep.use_cpu_cores(args.cpu_cores)
+    start_processes(args, "sweep")
     if args.compile_cache.lower() != "none":
         enable_compilation_cache(args.compile_cache)
     import jax
@@ -381,6 +375,26 @@ def run_sweep(args) -> int:
     return 0
 
 
+def add_process_flags(group) -> None:
+    """--coordinator, --num-processes and --process-id: one run (or sweep) over several processes or hosts."""
+    group.add_argument("--coordinator", default=None, metavar="HOST:PORT", help="multi-process: address of process 0")
+    group.add_argument("--num-processes", type=int, default=1, help="multi-process: number of processes")
+    group.add_argument("--process-id", type=int, default=None, help="multi-process: this process, 0 .. N-1")
+
+
+def start_processes(args, what: str) -> None:
+    """Joins the processes of a multi-process command (`sweep.initialize_distributed`), or makes --cpu-cores
+    CPU devices; before JAX initialises its backend. ValueError when the flags are incomplete."""
+    from jaxrl import sweep
+
+    if args.coordinator is not None or args.num_processes > 1:
+        if args.coordinator is None or args.process_id is None:
+            raise ValueError(f"a multi-process {what} needs --coordinator HOST:PORT and --process-id.")
+        sweep.initialize_distributed(args.coordinator, args.num_processes, args.process_id, args.cpu_cores)
+    elif args.cpu_cores is not None:
+        sweep.use_cpu_cores(args.cpu_cores)
+
+
 def algorithm_parsers(commands, command: str, help: str):
     """One sub-parser per registered algorithm under `jaxrl COMMAND`: yields (parser, name, algorithm); the
     Config flags are added after the caller's own groups."""
@@ -435,11 +449,7 @@ def add_sweep_parser(commands) -> None:
         group.add_argument(
             "--cpu-cores", type=int, default=None, help="XLA CPU devices of this process (one per core to use)"
         )
-        group.add_argument(
-            "--coordinator", default=None, metavar="HOST:PORT", help="multi-process: address of process 0"
-        )
-        group.add_argument("--num-processes", type=int, default=1, help="multi-process: number of processes")
-        group.add_argument("--process-id", type=int, default=None, help="multi-process: this process, 0 .. N-1")
+        add_process_flags(group)
         group.add_argument(
             "--compile-cache",
             default=DEFAULT_CACHE,
@@ -516,14 +526,15 @@ def build_parser() -> argparse.ArgumentParser:
         run_group.add_argument(
             "--devices",
             type=_devices,
-            default=1,
+            default=None,
             metavar="N|all",
             help="train each seed's one policy data-parallel over N devices (or all): num_envs / N envs per "
-            "device, gradients averaged (default 1; a resume may use another count)",
+            "device, gradients averaged (default 1, over several processes all; a resume may use another count)",
         )
         run_group.add_argument(
             "--cpu-cores", type=_number, default=None, help="make N XLA CPU devices (one per core), for --devices"
         )
+        add_process_flags(run_group)
         run_group.add_argument(
             "--eval-every",
             type=_number,
@@ -594,6 +605,9 @@ RESUME_FREE = (
     "compile_cache",
     "devices",
     "cpu_cores",
+    "coordinator",
+    "num_processes",
+    "process_id",
 )
 RUN_DEFAULTS = {"seeds": 1, "seed": 0, "eval_every": 0, "eval_episodes": 16}
 
@@ -651,11 +665,13 @@ def train_command(args) -> int:
     from jaxrl.run import loop, report
 
     module = ALGORITHMS[args.algo]
-    if args.cpu_cores is not None:
-        from jaxrl.sweep import use_cpu_cores
-
-        use_cpu_cores(args.cpu_cores)  # before JAX initialises its backend
+    start_processes(args, "training")  # before JAX initialises its backend
     check_backend()
+    import jax
+
+    lead = jax.process_index() == 0  # over several processes, process 0 alone writes and prints
+    if args.devices is None:
+        args.devices = "all" if jax.process_count() > 1 else 1
     if args.compile_cache.lower() != "none":
         enable_compilation_cache(args.compile_cache)
     if args.resume:
@@ -679,7 +695,7 @@ def train_command(args) -> int:
     if not args.resume:
         run_dir = Path(args.run_dir) if args.run_dir else loop.make_run_dir(args.runs_dir, args.algo, config, False)
     sinks = []
-    if args.wandb:
+    if args.wandb and lead:
         from jaxrl.run.logging import WandbSink
 
         sinks.append(WandbSink(args.wandb, name=run_dir.name, config={"algo": args.algo, **to_dict(config)}))
@@ -711,6 +727,9 @@ def train_command(args) -> int:
     except loop.Divergence as error:
         print(f"jaxrl: error: {error}", file=sys.stderr)
         return 3
+    if not lead:
+        print(f"process {jax.process_index()}: done")
+        return 0
     print(report.format_summary(report.summary(result, args.target_return)))
     print(f"run folder          {run_dir}")
     return 0
@@ -771,6 +790,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = build_parser().parse_args(argv)
     from jaxrl.run.checkpoint import CheckpointError
+    from jaxrl.run.hosts import LeadFailed
 
     try:
         return _command(args)
@@ -779,7 +799,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print("jaxrl: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, TypeError, OSError, OverflowError, ImportError, CheckpointError) as error:
+    except (ValueError, TypeError, OSError, OverflowError, ImportError, CheckpointError, LeadFailed) as error:
         if debug:
             raise
         print(f"jaxrl: error: {_one_line(error)}", file=sys.stderr)

@@ -12,6 +12,8 @@ context `data_parallel(D)`. Under that context the library's helpers become glob
   so the replicated state stays identical on every device;
 - `mean_var`, `normalize`, `masked_mean`: statistics of a batch over the global batch (observation
   normalisation, advantage normalisation);
+- `gather`, `own_block`, `share_of_sum`: a selection over the global batch (V-MPO's top half: every device
+  selects on the gathered advantages and keeps its own block) and a loss that sums over it;
 - `global_metrics`: an iteration's metrics over the devices (episode returns and lengths weighted by the
   episodes each device completed, `episodes` summed, the rest averaged).
 
@@ -100,6 +102,22 @@ def pmean(tree):
 
 def psum(tree):
     return jax.lax.psum(tree, AXIS) if active() else tree
+
+
+def gather(x: jax.Array) -> jax.Array:
+    """[n, ...] -> [D n, ...]: every device's block along axis 0, in device order (`x` on one device)."""
+    return jax.lax.all_gather(x, AXIS, tiled=True) if active() else x
+
+
+def own_block(x: jax.Array, n: int) -> jax.Array:
+    """This device's block [n, ...] of a `gather`ed [D n, ...] (`x` on one device)."""
+    return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(AXIS) * n, n) if active() else x
+
+
+def share_of_sum(x: jax.Array) -> jax.Array:
+    """D x: this device's term of a loss that SUMS over the global batch, such that the averaged gradients
+    (`average_gradients`, (1/D) sum_d grad) are the gradient of the sum and the averaged value is the sum."""
+    return x * num_devices() if active() else x
 
 
 def device_key(key: jax.Array) -> jax.Array:

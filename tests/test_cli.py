@@ -56,6 +56,16 @@ def test_bad_sweep_flags_are_clear_errors(flags, message, tmp_path, capsys):
     assert not (tmp_path / "results.csv").exists()
 
 
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_multi_process_flags_need_the_coordinator_and_the_process_id(command, tmp_path, capsys):
+    """The same check for both commands (`cli.start_processes`), before JAX joins any process."""
+    out_flag, what = ("--run-dir", "training") if command == "train" else ("--out", "sweep")
+    for flags in ("--coordinator 127.0.0.1:1", "--num-processes 2 --process-id 0"):
+        assert cli.main([command, "ppo", *flags.split(), out_flag, str(tmp_path / "out")]) == 2
+        assert f"a multi-process {what} needs --coordinator" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_sweep_command_writes_results_summary_and_plot(tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = f"sweep ppo {TINY} --grid learning_rate=1e-3,5e-3 --seeds 3 --seed 1 --out {out}"

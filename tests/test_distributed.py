@@ -8,6 +8,7 @@ compilation cache, so the second loads the program the first compiled.
 import csv
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -181,3 +182,155 @@ def test_two_processes_gather_final_states(cli_run, cache, tmp_path):
         assert_trees_close([saved[f"param_{j}"] for j in range(len(params))], params, rtol=1e-5, atol=1e-6)
         keys = [x for x in jax.tree.leaves(single.state) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)]
         np.testing.assert_array_equal(saved["key"], np.asarray(jax.random.key_data(keys[0])))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ONE training run over 2 processes: `jaxrl train --coordinator ...`
+# ---------------------------------------------------------------------------------------------------------------
+
+TRAIN_ITERATIONS = 4
+
+
+def train_flags(iterations: int = TRAIN_ITERATIONS, chunks: int = 2, checkpoint_every: int = 1) -> list[str]:
+    """`jaxrl train` of a tiny PPO (8 envs x 16 steps, 2 seeds) for `iterations`."""
+    return (
+        f"train ppo --num-envs 8 --num-steps 16 --total-timesteps {8 * 16 * iterations} --update-epochs 2 "
+        f"--num-minibatches 2 --hidden-sizes 16,16 --seeds 2 --chunks {chunks} --checkpoint-every "
+        f"{checkpoint_every} --no-progress"
+    ).split()
+
+
+TRAIN = train_flags()
+
+
+def cli(*args: str, timeout_s: int = TIMEOUT_S) -> str:
+    """`jaxrl ARGS` in one fresh CPU process (1 device unless --cpu-cores); its output, or the test fails."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "jaxrl.cli", *args], env=env, capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"jaxrl {' '.join(args)} did not finish in {timeout_s} s")
+    assert done.returncode == 0, f"jaxrl {' '.join(args)}:\n{done.stdout}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def train_processes(*flags: str):
+    """`command(i, out, port, cache)` for `launch`: process i of `jaxrl train ... FLAGS` over 2 processes."""
+
+    def command(i, out, port, cache):
+        multi = ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)]
+        return [sys.executable, "-m", "jaxrl.cli", *flags, "--compile-cache", str(cache), *multi]
+
+    return command
+
+
+def metric_rows(run_dir) -> list[dict]:
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    return sorted(rows, key=lambda r: (int(r["seed"]), int(r["iteration"])))
+
+
+def final_state(run_dir):
+    """The latest checkpoint's state of a run folder, on this process's one device."""
+    from jaxrl.cli import load_run_config, read_run_folder
+    from jaxrl.run import checkpoint
+    from jaxrl.run.compile import abstract_state
+
+    module, config, seeds, seed = load_run_config(run_dir)
+    keys = jax.random.split(jax.random.key(seed), seeds)
+    like = abstract_state(module, config, keys, 1)
+    info = read_run_folder(run_dir)
+    _, state, _ = checkpoint.restore(
+        run_dir / "checkpoints", like, info, like_for=lambda d: abstract_state(module, config, keys, d)
+    )
+    return state
+
+
+@pytest.mark.slow
+def test_train_over_two_processes_writes_one_run_folder(tmp_path, cache):
+    """`jaxrl train ppo ... --coordinator --num-processes 2 --process-id i` (1 CPU device per process) trains
+    ONE policy: process 0 alone writes the run folder (one metrics row per seed and iteration, no lock left,
+    the summary printed once), and its metrics equal a single-process `--devices 2 --cpu-cores 2` run to rtol
+    1e-5. Its 2-device checkpoint evaluates on one process with one device; a copy cut back to its first
+    checkpoint resumes over 2 processes to the uninterrupted run bit for bit (metrics and state) and on one
+    process (2 CPU devices) to it within rtol 1e-5."""
+    two, single = tmp_path / "two", tmp_path / "single"
+    procs = launch(train_processes(*TRAIN, "--run-dir", str(two)), tmp_path, cache)
+    start = time.monotonic()
+    try:
+        cli(*TRAIN, "--run-dir", str(single), "--devices", "2", "--cpu-cores", "2", "--compile-cache", str(cache))
+    finally:
+        outputs = wait_all(procs, TIMEOUT_S - (time.monotonic() - start))
+    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"process {i}:\n{output[-3000:]}"
+    assert "run folder" in outputs[0] and "run folder" not in outputs[1] and "process 1: done" in outputs[1]
+    assert sorted(p.name for p in two.iterdir()) == ["checkpoints", "config.json", "metrics.csv", "summary.json"]
+    assert json.loads((two / "summary.json").read_text())["seeds"] == 2
+    rows, reference = metric_rows(two), metric_rows(single)
+    assert len(rows) == len(reference) == 2 * TRAIN_ITERATIONS
+    for got, want in zip(rows, reference, strict=True):
+        for name in got:
+            if name != "wall_s":
+                np.testing.assert_allclose(float(got[name]), float(want[name]), rtol=1e-5, atol=1e-6, err_msg=name)
+
+    assert "deterministic" in cli("eval", str(two), "--episodes", "2")  # one process, one device
+
+    cut, cut_single = tmp_path / "cut", tmp_path / "cut_single"
+    shutil.copytree(two, cut)
+    shutil.rmtree(cut / "checkpoints" / str(TRAIN_ITERATIONS))  # back to the checkpoint after chunk 1
+    shutil.copytree(cut, cut_single)
+    resume = ["train", "ppo", "--resume"]
+    procs = launch(train_processes(*resume, str(cut), "--no-progress"), tmp_path, cache)
+    outputs = wait_all(procs, TIMEOUT_S)
+    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"resume, process {i}:\n{output[-3000:]}"
+    cli(*resume, str(cut_single), "--devices", "2", "--cpu-cores", "2", "--no-progress", "--compile-cache", str(cache))
+    for got, want, near in zip(metric_rows(cut), rows, metric_rows(cut_single), strict=True):
+        for name in got:
+            if name != "wall_s":
+                assert got[name] == want[name], name
+                np.testing.assert_allclose(float(near[name]), float(want[name]), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_trees_close(final_state(cut), final_state(two), rtol=0, atol=0)  # bit for bit, keys included
+
+
+@pytest.mark.slow
+def test_train_over_two_processes_fails_together(tmp_path, cache):
+    """A run folder that process 0 refuses (it holds a run): process 0 exits with its one-line error and
+    process 1, instead of waiting for it in a collective, with one naming process 0; both before compiling."""
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "config.json").write_text("{}")
+    start = time.monotonic()
+    procs = launch(train_processes(*TRAIN, "--run-dir", str(taken)), tmp_path, cache)
+    outputs = wait_all(procs, 120)
+    assert procs[0].returncode == 2 and "already holds a run" in outputs[0], outputs[0][-2000:]
+    assert procs[1].returncode == 2 and "process 0 could not create" in outputs[1], outputs[1][-2000:]
+    assert sorted(p.name for p in taken.iterdir()) == ["config.json"]
+    print(f"both processes stopped after {time.monotonic() - start:.1f} s")
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_one_process_stops_both_at_a_chunk_boundary(tmp_path, cache):
+    """SIGINT to process 1 alone while a 2-process run trains: both processes stop at the same chunk boundary
+    (exit 130) and process 0 writes the checkpoint of the iterations every process completed."""
+    import signal
+
+    run_dir = tmp_path / "cut"
+    long = train_flags(iterations=1000, chunks=500, checkpoint_every=1000)
+    procs = launch(train_processes(*long, "--run-dir", str(run_dir)), tmp_path, cache)
+    deadline = time.monotonic() + TIMEOUT_S
+    metrics = run_dir / "metrics.csv"
+    while not metrics.exists() or len(metrics.read_text().splitlines()) < 9:  # a few chunks went by
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            break
+        time.sleep(0.05)
+    procs[1].send_signal(signal.SIGINT)
+    outputs = wait_all(procs, max(10.0, deadline - time.monotonic()))
+    assert [p.returncode for p in procs] == [130, 130], "\n---\n".join(o[-2000:] for o in outputs)
+    from jaxrl.run import checkpoint
+
+    done = checkpoint.latest_iteration(run_dir / "checkpoints")
+    assert done is not None and 0 < done < 1000
+    assert len(metric_rows(run_dir)) == 2 * done  # the checkpoint holds what the metrics show, on both seeds

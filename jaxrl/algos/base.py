@@ -104,9 +104,12 @@ def train(config, key: jax.Array):
     return jax.lax.scan(lambda s, _: iteration(algo, config, s), state, None, length=config.num_iterations)
 
 
-# algorithms whose every gradient and batch statistic is averaged over devices (`jaxrl.parallel`); TRPO (its
-# conjugate-gradient and line-search statistics) and V-MPO (its top-half E-step per minibatch) are not
-DATA_PARALLEL = ("ppo", "a2c", "reinforce", "impala", "grpo", "dpo", "pqn", "sarsa", "dqn", "ddpg", "td3", "sac")
+# algorithms whose every gradient and batch statistic is global over devices (`jaxrl.parallel`); another
+# registered algorithm is refused on more than one device
+DATA_PARALLEL = (
+    *("ppo", "a2c", "reinforce", "impala", "grpo", "dpo", "pqn", "sarsa", "dqn", "ddpg", "td3", "sac"),
+    *("trpo", "vmpo"),
+)
 
 
 def data_parallel_config(config, devices):

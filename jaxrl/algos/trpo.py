@@ -14,6 +14,10 @@ One iteration, all inside the compiled program:
 3. Value regression: `vf_epochs` x `vf_minibatches` Adam steps on 0.5 (V(s) - G)^2 with the GAE targets
    (`minibatch_epochs`), on the critic's parameters only.
 
+Data-parallel (`jaxrl.parallel`): the surrogate, its gradient, the Fisher-vector products and the line
+search's KL and surrogate are means over every device's equal share of the batch, so the conjugate gradient and
+the line search take the same decisions on every device; the value regression averages its gradients.
+
 The natural-gradient step acts on the actor's parameters (the actor MLP and, for Gaussian policies, the log
 standard deviation); the critic's are split off and have their own Adam state in `TrainState.opt_state`.
 """
@@ -26,7 +30,7 @@ import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from jaxrl import losses, optim
+from jaxrl import losses, optim, parallel
 from jaxrl.algos import actor_critic as ac
 from jaxrl.algos.actor_critic import TrainState, behaviour, evaluation_policy, make_env, make_network  # noqa: F401
 from jaxrl.algos.base import check_range, hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
@@ -117,15 +121,19 @@ def policy_step(config: Config, network: ActorCritic, params, batch: dict[str, j
     def kl(theta):
         return losses.masked_mean(old.kl_divergence(policy(theta)), mask)
 
-    surrogate_old, g = jax.value_and_grad(surrogate)(theta_old)
-    fvp = optim.fisher_vector_product(kl, theta_old, config.damping)
+    # under data parallelism each device's surrogate and KL are means over its equal share of the batch: their
+    # device means, and those of their gradients and Fisher-vector products, are the whole batch's
+    surrogate_old, g = parallel.pmean(jax.value_and_grad(surrogate)(theta_old))
+    local_fvp = optim.fisher_vector_product(kl, theta_old, config.damping)
+    fvp = lambda v: parallel.pmean(local_fvp(v))  # noqa: E731
     direction = optim.conjugate_gradient(fvp, g, config.cg_iters, config.cg_tol)
     f_direction = fvp(direction)
     scale = jnp.sqrt(2.0 * config.max_kl / jnp.maximum(direction @ f_direction, 1e-20))
     full_step = scale * direction
 
     def accept(theta):
-        step_kl, improvement = kl(theta), surrogate(theta) - surrogate_old
+        step_kl, candidate = parallel.pmean((kl(theta), surrogate(theta)))
+        improvement = candidate - surrogate_old
         ok = (step_kl <= config.max_kl) & (improvement > 0.0) & jnp.isfinite(step_kl) & jnp.isfinite(improvement)
         return ok, {"kl": step_kl, "surrogate_improvement": improvement}
 

@@ -23,6 +23,9 @@ and Adam's steps on them are multiplicative, which suits multipliers whose scale
 They have their own Adam at `dual_learning_rate` (no clipping, no annealing); the network keeps the family's
 clipped, annealed optimiser (`optax.multi_transform`). Deviation from the paper: advantages are normalised per
 minibatch (`normalize_advantages`) in place of PopArt, which keeps eta's scale independent of the reward's.
+
+Data-parallel (`jaxrl.parallel`): the top half, the weights and L_eta are those of the global minibatch (the
+advantages gathered from every device), L_pi sums over it, and the KL and value terms average over it.
 """
 
 from __future__ import annotations
@@ -139,10 +142,16 @@ def loss_fn(params, network: ActorCritic, config: Config, batch: dict[str, jax.A
     advantages = batch["advantages"]
     if config.normalize_advantages:
         advantages = ac.normalize(advantages, mask)
-    selected = losses.vmpo_top_half(advantages, mask)
+    # the E-step over the global minibatch: every device selects and weighs on every device's advantages
+    # (the same L_eta on each) and keeps the weights of its own samples; L_pi sums over all of them
+    every_advantage = parallel.gather(advantages)
+    selected = losses.vmpo_top_half(every_advantage, parallel.gather(mask))
     temperature = jnp.exp(duals["log_temperature"])
-    temperature_loss, weights = losses.vmpo_temperature_loss(temperature, advantages, selected, config.epsilon_eta)
-    policy_loss = losses.vmpo_policy_loss(dist.log_prob(batch["actions"]), weights)
+    temperature_loss, every_weight = losses.vmpo_temperature_loss(
+        temperature, every_advantage, selected, config.epsilon_eta
+    )
+    weights = parallel.own_block(every_weight, advantages.shape[0])
+    policy_loss = parallel.share_of_sum(losses.vmpo_policy_loss(dist.log_prob(batch["actions"]), weights))
     alpha_loss, kl_stats = trust_region(network, config, dist, duals, batch)
     value_loss = losses.masked_mean(losses.value_loss(values, batch["targets"]), mask)
     total = policy_loss + temperature_loss + alpha_loss + config.vf_coef * value_loss

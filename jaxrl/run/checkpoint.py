@@ -18,6 +18,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxrl.run import hosts
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint that is missing, unreadable or does not match the run being restored."""
@@ -27,11 +29,12 @@ def _is_key(x) -> bool:
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def _unwrap_keys(tree):
+def unwrap_keys(tree):
+    """PRNG keys as their raw key data (what orbax, NumPy and the multi-process gathers can hold)."""
     return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
 
 
-def _rewrap_keys(tree, like):
+def rewrap_keys(tree, like):
     """Wraps raw key data back into typed keys of the implementation `like` holds (arrays or eval_shape)."""
 
     def rewrap(x, ref):
@@ -109,9 +112,17 @@ def _discard_incomplete(directory: Path) -> None:
 
 
 def _manager(directory: Path, max_to_keep: int = 2):
+    """orbax's manager of `directory`. In a multi-process run only process 0 saves and restores (`jaxrl.run.hosts`),
+    so orbax is told that this process alone takes part (no barrier waits for the others)."""
     import orbax.checkpoint as ocp
 
-    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+    if jax.process_count() == 1:
+        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+    else:
+        me = jax.process_index()
+        alone = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
+        directory.mkdir(parents=True, exist_ok=True)  # orbax's create=True is refused with active_processes
+        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=False, multiprocessing_options=alone)
     return ocp.CheckpointManager(directory.absolute(), options=options)
 
 
@@ -126,7 +137,8 @@ def save(
     """Saves `state` (any pytree) after `iteration` completed iterations, with the per-iteration `metrics`
     ({name: [seeds, iteration]}) and JSON-able `info` (the config) used to check a resume. `devices`: the
     device count of a data-parallel state (device-stacked leaves [D, ...], saved as host arrays so that no
-    device layout is written; see `jaxrl.parallel`)."""
+    device layout is written; see `jaxrl.parallel`). A run over several processes calls it in process 0 alone,
+    with the state already gathered to host arrays (`hosts.to_host`, in every process)."""
     import orbax.checkpoint as ocp
 
     _discard_incomplete(Path(directory))
@@ -136,9 +148,9 @@ def save(
     }
     if devices > 1:
         payload["devices"] = devices
-    saved = _unwrap_keys(state)
+    saved = unwrap_keys(state)
     if devices > 1:
-        saved = jax.device_get(saved)
+        saved = hosts.to_host(saved)
     with _manager(Path(directory)) as manager:
         manager.save(
             iteration,
@@ -178,7 +190,7 @@ def restore(
     step_dir = directory / str(iteration)
     if (step_dir / CHECKSUMS).exists():
         verify(step_dir)
-    abstract = jax.eval_shape(_unwrap_keys, like_state)
+    abstract = jax.eval_shape(unwrap_keys, like_state)
     try:
         with _manager(directory) as manager:
             meta = manager.restore(iteration, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
@@ -193,7 +205,7 @@ def restore(
                         f"--devices {saved_devices}."
                     )
                 target = abstract
-                abstract = jax.eval_shape(_unwrap_keys, like_for(saved_devices))
+                abstract = jax.eval_shape(unwrap_keys, like_for(saved_devices))
                 abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract)
             restored = manager.restore(iteration, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
             if saved_devices != devices:
@@ -203,7 +215,7 @@ def restore(
     except Exception as error:  # orbax raises many types for truncated or corrupt files
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(f"checkpoint {step_dir} cannot be restored: {first_line}") from error
-    state = _rewrap_keys(restored["state"], like_state)
+    state = rewrap_keys(restored["state"], like_state)
     metrics = {k: np.asarray(values, dtype) for k, (dtype, values) in meta["metrics"].items()}
     return iteration, state, metrics
 

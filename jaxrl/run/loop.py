@@ -36,8 +36,16 @@ from tqdm.auto import tqdm
 from jaxrl import parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm, to_dict
-from jaxrl.run import checkpoint, logging
-from jaxrl.run.compile import EVAL_METRICS, check_memory, chunk_plan, compile_programs, eval_keys, make_init
+from jaxrl.run import checkpoint, hosts, logging
+from jaxrl.run.compile import (
+    EVAL_METRICS,
+    check_memory,
+    chunk_plan,
+    compile_programs,
+    eval_keys,
+    make_chunk_program,
+    make_init,
+)
 from jaxrl.run.compile import abstract_state as compile_state_shape
 from jaxrl.run.report import RunResult, write_summary
 
@@ -182,7 +190,8 @@ class _DeferredInterrupt:
             self.previous = None
 
     def raise_if_requested(self) -> None:
-        if self.requested:
+        """At a chunk boundary; over several processes, all stop when any of them saw a Ctrl-C."""
+        if hosts.any_process(self.requested):
             raise KeyboardInterrupt
 
 
@@ -211,6 +220,12 @@ def validate_run(
     algo.validate(config)
     if devices != 1:
         base.data_parallel_config(config, devices)
+    processes = jax.process_count()
+    if processes > 1 and len(parallel.resolve_devices(devices)) != len(jax.devices()):
+        raise ValueError(
+            f"devices={devices!r}: a run over {processes} processes trains one policy over every process's devices; "
+            "use devices='all'."
+        )
     _count(seeds, "seeds", 1, "need at least one seed")
     _count(seed, "seed", 0, "the base random seed is an integer >= 0")
     _count(num_chunks, "num_chunks", 1, "a number of compiled chunks, >= 1")
@@ -339,6 +354,39 @@ def _nanmean_text(values: np.ndarray) -> str:
     return "nan" if np.isnan(values).all() else f"{np.nanmean(values):.1f}"
 
 
+def _restore(algo: Algorithm, config, keys, checkpoints: Path, abstract_state, info: dict, mesh):
+    """(iteration, state, metrics) of the run's latest checkpoint, the state laid out for `mesh` (None: one
+    device). Over several processes process 0 reads it and the others get it from process 0 (`hosts`)."""
+    devices = 1 if mesh is None else mesh.size
+
+    def read():
+        like_for = lambda d: compile_state_shape(algo, config, keys, d)  # noqa: E731
+        return checkpoint.restore(checkpoints, abstract_state, info, devices=devices, like_for=like_for)
+
+    done, state, metrics = hosts.on_lead(read, f"restore the checkpoint in {checkpoints}") or (0, None, None)
+    raw = jax.eval_shape(checkpoint.unwrap_keys, abstract_state)
+    if jax.process_count() > 1:
+        done = int(hosts.from_lead(np.int64(done), np.zeros((), np.int64)))
+        state = hosts.from_lead(None if state is None else checkpoint.unwrap_keys(state), raw)
+        like = _metrics_like(algo, config, abstract_state, mesh, done, evaluated="eval" in info)
+        metrics = hosts.from_lead(metrics, like)
+    if mesh is not None:
+        placed = jax.device_put(checkpoint.unwrap_keys(state), NamedSharding(mesh, P(parallel.AXIS)))
+        state = checkpoint.rewrap_keys(placed, abstract_state)
+    return done, state, metrics
+
+
+def _metrics_like(algo: Algorithm, config, abstract_state, mesh, done: int, evaluated: bool) -> dict:
+    """The shapes and dtypes of `done` iterations of metrics {name: [seeds, done]}, as process 0's checkpoint
+    holds them (with the evaluation columns of `_with_eval_columns` when the run evaluates)."""
+    _, one = jax.eval_shape(make_chunk_program(algo, config, 1, mesh=mesh), abstract_state)
+    like = {k: jax.ShapeDtypeStruct((*v.shape[:-1], done), v.dtype) for k, v in one.items()}
+    seeds = next(iter(one.values())).shape[0]
+    if evaluated:
+        like |= {name: jax.ShapeDtypeStruct((seeds, done), np.float32) for name in EVAL_METRICS}
+    return like
+
+
 def run(
     algo: Algorithm,
     config,
@@ -376,6 +424,10 @@ def run(
     `devices` (a count, "all", a Mesh or a list of devices; default 1): with more than one, each seed's ONE
     policy trains data-parallel over them (`jaxrl.parallel`); the state is device-stacked (leaves [D, S, ...]),
     checkpoints restore on any device count, and the metrics are the global ones.
+
+    Over several processes (after `sweep.initialize_distributed` in each, `devices="all"`), every process calls
+    `run` alike and trains the same policy; process 0 alone writes the run folder, metrics, checkpoints,
+    summary and progress bar, and runs the `sinks` (`jaxrl.run.hosts`).
     """
     validate_run(
         algo,
@@ -396,15 +448,17 @@ def run(
     algo_name = base.name_of(algo) if name is None else name
     keys = jax.random.split(jax.random.key(seed), seeds)
     info = _run_info(algo_name, seeds, seed, config, eval_every, eval_episodes)
+    lead = hosts.lead()  # over several processes, process 0 alone writes (jaxrl.run.hosts)
     checkpoints, lock, created, written = None, None, [], []
     if run_dir is not None:
         run_dir = Path(run_dir)
         checkpoints = run_dir / "checkpoints"
         if resume:
-            lock = _claim_resume(run_dir, info)
+            lock = hosts.on_lead(lambda: _claim_resume(run_dir, info), f"resume {run_dir}")
         else:
-            lock, created = _claim_new(run_dir)
-            written = [run_dir / name for name in ("config.json", "metrics.csv", "tensorboard")]
+            lock, created = hosts.on_lead(lambda: _claim_new(run_dir), f"create {run_dir}") or (None, [])
+            written = [run_dir / name for name in ("config.json", "metrics.csv", "tensorboard")] if lead else []
+    own_dir = run_dir if lead else None  # the folder this process writes to
 
     def discard() -> None:
         """A new run that stops before its first chunk finished removes what it wrote (nothing to keep)."""
@@ -422,15 +476,7 @@ def run(
             abstract_state = jax.eval_shape(init, keys)
             done, history = 0, []
             if resume:
-                done, state, restored = checkpoint.restore(
-                    checkpoints,
-                    abstract_state,
-                    info,
-                    devices=num_devices,
-                    like_for=lambda d: compile_state_shape(algo, config, keys, d),
-                )
-                if mesh is not None:
-                    state = jax.device_put(state, NamedSharding(mesh, P(parallel.AXIS)))
+                done, state, restored = _restore(algo, config, keys, checkpoints, abstract_state, info, mesh)
                 history = [restored]
             plan = chunk_plan(config.num_iterations - done, num_chunks, eval_every)
             keys_eval = eval_keys(seed, seeds)
@@ -448,8 +494,8 @@ def run(
         compile_s = time.perf_counter() - start
         done_before = done
 
-        wall = _previous_wall(run_dir, done) if resume else []  # NaN where metrics.csv lacks them
-        sinks = _open_sinks(run_dir, tensorboard, sinks, rewrite=bool(history))
+        wall = _previous_wall(own_dir, done) if resume else []  # NaN where metrics.csv lacks them
+        sinks = _open_sinks(own_dir, tensorboard, sinks if lead else [], rewrite=bool(history))
         for sink in sinks if history else []:  # a resume rewrites the logs from the checkpoint's metrics
             sink.write(history[0], 0, steps_per_iteration, np.asarray(wall))
             getattr(sink, "commit", lambda: None)()  # metrics.csv: written aside, then renamed over the old one
@@ -458,7 +504,7 @@ def run(
             initial=done * steps_per_iteration * seeds,
             unit="step",
             unit_scale=True,
-            disable=not progress,
+            disable=not progress or not lead,
             desc=f"{algo_name} {config.env} x{seeds}",
         )
 
@@ -467,7 +513,9 @@ def run(
         def save():
             if checkpoints is not None and history and saved[0] != done:
                 merged = {k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]}
-                checkpoint.save(checkpoints, done, state, merged, info, devices=num_devices)
+                on_host = hosts.to_host(checkpoint.unwrap_keys(state)) if num_devices > 1 else state  # every process
+                write = lambda: checkpoint.save(checkpoints, done, on_host, merged, info, devices=num_devices)  # noqa: E731
+                hosts.on_lead(write, f"write a checkpoint to {checkpoints}")
                 saved[0] = done
 
         run_start = time.perf_counter()
@@ -480,10 +528,10 @@ def run(
                     new_state, metrics, scores = compiled[size, True](state, keys_eval, np.int32(done + size))
                 else:
                     (new_state, metrics), scores = compiled[size, False](state), None
-                metrics = jax.tree.map(np.asarray, metrics)  # blocks until the chunk is finished
+                metrics = hosts.to_host(metrics)  # blocks until the chunk is finished
                 if eval_every:
-                    metrics = _with_eval_columns(metrics, scores, seeds, size)
-                problem = _first_non_finite(metrics, getattr(new_state, "params", None))
+                    metrics = _with_eval_columns(metrics, hosts.to_host(scores), seeds, size)
+                problem = _first_non_finite(metrics, hosts.to_host(getattr(new_state, "params", None)))
                 if problem is not None:
                     raise Divergence(
                         f"{algo_name} on {config.env} diverged in iterations {done}-{done + size - 1}: {problem}. "
@@ -530,7 +578,8 @@ def run(
         result = RunResult(
             config, state, metrics, env_steps, np.asarray(wall), compile_s, run_s, run_dir, done - done_before
         )
-        write_summary(result, target_return)
+        if lead:
+            write_summary(result, target_return)
         return result
     finally:
         if lock is not None:

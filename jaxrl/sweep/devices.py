@@ -70,7 +70,8 @@ def initialize_distributed(
     coordinator: str, num_processes: int, process_id: int, cpu_cores: int | None = None, timeout_s: int = 300
 ) -> None:
     """Joins this process to a multi-process JAX run (`jax.distributed.initialize`), so that `jax.devices()`
-    lists the devices of every process and `run` shards one sweep over all of them.
+    lists the devices of every process: `run` shards one sweep over all of them, and `jaxrl.run.loop.run(...,
+    devices="all")` (`jaxrl train --coordinator ...`) trains one policy over all of them.
 
     Call it first, before any JAX operation, in each of the `num_processes` processes with the same
     `coordinator` ("HOST:PORT" of process 0, which listens there) and its own `process_id` (0 .. N-1).
