@@ -6,7 +6,8 @@
 #   scripts/test.sh tests/test_suite.py -x -k resume # some tests
 # Uses the active virtual environment, else ./.venv (created, with `pip install -e ".[test]"`, only when absent).
 # Tests run in one pytest-xdist worker per core (`-n auto`; one XLA CPU program keeps one core busy): pass
-# `-n 0` (or any -n) to choose otherwise.
+# `-n 0` (or any -n) to choose otherwise. `--dist worksteal`: an idle worker takes queued tests from the busy one,
+# so the minute-long slow tests do not leave one core idle at the end.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 use_venv test
@@ -18,7 +19,7 @@ for arg in "$@"; do
     break
   fi
 done
-workers=(-n auto)
+workers=(-n auto --dist worksteal)
 for arg in "$@"; do
   [[ "$arg" == -n* || "$arg" == --numprocesses* || "$arg" == no:xdist ]] && workers=()
 done
