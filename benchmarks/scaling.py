@@ -8,7 +8,12 @@ every device count alike; run seconds: the fastest call, and its cores used = pr
 seconds (below the device count when other work shares the machine). On a CPU the devices are XLA CPU
 devices, one per core (`--cpu-cores`, default: the largest of --devices; set before JAX starts). Writes
 benchmarks/results/scaling[_TAG].json and .md. Usage: `python -m benchmarks.scaling [--devices 1,2]
-[--num-envs 2048] [--iterations 4] [--repeats 2]`.
+[--num-envs 2048] [--iterations 4] [--repeats 2] [--seeds S]`.
+
+With `--seeds S` (S > 1) every program trains S seeds, and each device count d > 1 is measured in both layouts
+of seeds x envs: "envs split" is `vmap` over seeds of `make_train(config, devices=d)` (every device steps its
+slice of every seed's envs; gradients averaged per seed), "seeds split" is `vmap(make_train(config))` with the
+seeds sharded over the d devices (every device trains whole seeds, as a sweep does; S a multiple of d).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import resource
 import sys
 import time
 
+import numpy as np
+
 
 def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -28,6 +35,7 @@ def parse(argv):
     parser.add_argument("--num-steps", type=int, default=128)
     parser.add_argument("--iterations", type=int, default=4, help="PPO iterations per timed call")
     parser.add_argument("--repeats", type=int, default=2, help="rounds of calls (1, 2, ..., 2, 1 each)")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per program (> 1: both seed layouts)")
     parser.add_argument("--tag", default="", help="suffix of the result files (e.g. the machine)")
     args = parser.parse_args(argv)
     args.devices = [int(d) for d in args.devices.split(",")]
@@ -38,6 +46,22 @@ def cpu_seconds() -> float:
     """User + system CPU seconds of this process so far (all its threads)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def program(config, d: int, layout: str, keys):
+    """(jitted train of `config` on d devices in `layout`, its input): one seed when `keys` is one key."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from jaxrl.algos import base
+
+    if layout == "envs split":
+        train = base.make_train(config, devices=d)
+        return jax.jit(train if keys.ndim == 0 else jax.vmap(train)), keys
+    sharding = NamedSharding(Mesh(np.array(jax.devices()[:d]), ("seeds",)), P("seeds"))
+    program = jax.jit(jax.vmap(base.make_train(config)), in_shardings=sharding, out_shardings=sharding)
+    return program, jax.device_put(keys, sharding)
 
 
 def main(argv=None) -> int:
@@ -58,24 +82,31 @@ def main(argv=None) -> int:
     )
     available = len(jax.devices())
     counts = [d for d in args.devices if d <= available]
+    layouts = [(d, "envs split") for d in counts]
+    if args.seeds > 1:
+        layouts += [(d, "seeds split") for d in counts if d > 1 and args.seeds % d == 0]
     key = jax.random.key(0)
+    keys = jax.random.split(key, args.seeds)
     programs, rows = {}, {}
     load_before = os.getloadavg()
-    for d in counts:
+    for d, layout in layouts:
         start = time.perf_counter()
-        programs[d] = jax.jit(base.make_train(config, devices=d)).lower(key).compile()
-        rows[d] = {"devices": d, "compile_s": time.perf_counter() - start, "run_s": float("inf")}
-    order = counts + counts[::-1]
+        programs[d, layout], inputs = program(config, d, layout, key if args.seeds == 1 else keys)
+        programs[d, layout] = programs[d, layout].lower(inputs).compile(), inputs
+        row = {"devices": d, "layout": layout, "seeds": args.seeds, "compile_s": time.perf_counter() - start}
+        rows[d, layout] = {**row, "run_s": float("inf")}
+    order = layouts + layouts[::-1]
     for _ in range(args.repeats):
-        for d in order:
+        for entry in order:
+            compiled, inputs = programs[entry]
             start, cpu_start = time.perf_counter(), cpu_seconds()
-            state, metrics = jax.block_until_ready(programs[d](key))
+            state, metrics = jax.block_until_ready(compiled(inputs))
             run_s = time.perf_counter() - start
-            if run_s < rows[d]["run_s"]:
-                rows[d]["run_s"], rows[d]["cores_used"] = run_s, (cpu_seconds() - cpu_start) / run_s
-            rows[d]["episode_return_last"] = float(metrics["episode_return"][-1])
-    steps = common.env_steps(config)
-    base_rate = steps / rows[counts[0]]["run_s"]
+            if run_s < rows[entry]["run_s"]:
+                rows[entry]["run_s"], rows[entry]["cores_used"] = run_s, (cpu_seconds() - cpu_start) / run_s
+            rows[entry]["episode_return_last"] = float(np.mean(metrics["episode_return"][..., -1]))
+    steps = common.env_steps(config) * args.seeds
+    base_rate = steps / rows[layouts[0]]["run_s"]
     for row in rows.values():
         row["steps_per_s"] = steps / row["run_s"]
         row["ratio"] = row["steps_per_s"] / base_rate
@@ -84,7 +115,8 @@ def main(argv=None) -> int:
         "config": base.to_dict(config),
         "env_steps_per_call": steps,
         "repeats": args.repeats,
-        "order": order,
+        "order": [f"{d} {layout}" for d, layout in order],
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "rows": list(rows.values()),
         "machine": common.machine(),
         "load_average_before": list(load_before),
@@ -93,14 +125,17 @@ def main(argv=None) -> int:
     suffix = f"_{args.tag}" if args.tag else ""
     out = common.write_json(f"benchmarks/results/scaling{suffix}.json", record)
     lines = [
-        f"PPO {config.env}, {config.num_envs} envs in total x {config.num_steps} steps, {args.iterations} iterations "
-        f"per call, fastest of {args.repeats} rounds ({', '.join(map(str, order))}); {jax.devices()[0].platform}, "
+        f"PPO {config.env}, {config.num_envs} envs in total x {config.num_steps} steps, {args.seeds} seed(s), "
+        f"{args.iterations} iterations per call, fastest of {args.repeats} rounds "
+        f"({', '.join(f'{d} {layout}' for d, layout in order)}); {jax.devices()[0].platform}, "
         f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}",
         "",
-        "| devices | env steps/s | ratio to 1 device | compile s | cores used |",
-        "|---|---|---|---|---|",
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}",
+        "",
+        "| devices | seeds x envs | env steps/s | ratio to 1 device | compile s | cores used |",
+        "|---|---|---|---|---|---|",
         *(
-            f"| {r['devices']} | {r['steps_per_s']:,.0f} | {r['ratio']:.2f} | {r['compile_s']:.1f} | "
+            f"| {r['devices']} | {r['layout']} | {r['steps_per_s']:,.0f} | {r['ratio']:.2f} | {r['compile_s']:.1f} | "
             f"{r['cores_used']:.2f} |"
             for r in rows.values()
         ),
