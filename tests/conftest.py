@@ -1,5 +1,14 @@
+import signal
+
 import jax
 import numpy as np
+
+
+def default_sigint():
+    """`preexec_fn` of a child that a test sends SIGINT to: SIGINT back to its default, as under a terminal's
+    Ctrl-C. A shell starts background jobs (`cmd &`, so CI scripts run that way) with SIGINT ignored, and a child
+    inherits that: its Python then never raises KeyboardInterrupt and a test of Ctrl-C tests nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _host(x):

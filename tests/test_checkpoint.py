@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close
+from conftest import assert_trees_close, default_sigint
 from jaxrl.algos import ppo
 from jaxrl.run import checkpoint, logging, loop
 
@@ -132,7 +132,8 @@ def test_sigint_to_cli_saves_a_loadable_checkpoint_and_complete_csv(tmp_path):
         "--run-dir",
         str(run_dir),
     ]
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=default_sigint)
     deadline = time.time() + 120
     while time.time() < deadline and len(csv_rows(run_dir) if (run_dir / "metrics.csv").exists() else []) < 20:
         time.sleep(0.2)

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close
+from conftest import assert_trees_close, default_sigint
 from jaxrl import sweep
 from jaxrl.algos import ppo
 
@@ -91,7 +91,12 @@ def launch(command, out, cache):
     env.pop("XLA_FLAGS", None)  # one CPU device per process: the global mesh has 2 devices in 2 processes
     return [
         subprocess.Popen(
-            command(i, out, port, cache), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            command(i, out, port, cache),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=default_sigint,
         )
         for i in range(2)
     ]

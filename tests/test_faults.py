@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close
+from conftest import assert_trees_close, default_sigint
 from jaxrl import cli
 from jaxrl.algos import dqn, ppo
 from jaxrl.run import checkpoint, compile, logging, loop, report
@@ -486,7 +486,10 @@ def test_two_live_trainings_and_kill_9(tmp_path):
 def test_sigint_during_compilation_of_a_real_run(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jaxrl.cli", *LONG.split(), "--run-dir", str(run)], stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "jaxrl.cli", *LONG.split(), "--run-dir", str(run)],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
     )
     _wait_for(lambda: (run / loop.LOCK).exists(), 60)  # validated and claimed: compiling now
     proc.send_signal(signal.SIGINT)
