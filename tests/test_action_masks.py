@@ -158,6 +158,7 @@ def test_spec_refuses_a_mask_it_cannot_hold():
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ppo_never_picks_a_masked_action():
     """PPO (normalised observations) trained 10 iterations on MaskedChoice, where masked action 0 still pays:
     1024 behaviour steps after training and the evaluation policy (mode and sample) on them pick only valid
@@ -175,7 +176,8 @@ def test_ppo_never_picks_a_masked_action():
     assert (np.asarray(traj.actions)[zero_valid] == 0).mean() > 0.5
 
 
-@pytest.mark.parametrize("algo", [dqn, pytest.param(pqn, marks=pytest.mark.slow)], ids=["dqn", "pqn"])
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", [dqn, pqn], ids=["dqn", "pqn"])
 def test_q_learning_never_picks_a_masked_action(algo):
     """DQN and PQN trained briefly on MaskedChoice: epsilon-greedy rollouts at epsilon 1, 0.5 and 0 (uniform
     exploration among the valid actions only, greedy in the masked values) and the evaluation policy (greedy and

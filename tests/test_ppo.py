@@ -75,6 +75,7 @@ def test_vmap_over_keys_equals_separate_runs(tiny_runs):
         assert_trees_close(index(batched, i), run)
 
 
+@pytest.mark.slow
 def test_hyperparameters_vmap_without_recompiling():
     configs = [dataclasses.replace(TINY, learning_rate=lr, clip_eps=eps) for lr, eps in [(1e-3, 0.1), (3e-3, 0.3)]]
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *configs)
@@ -90,6 +91,7 @@ def test_hyperparameters_vmap_without_recompiling():
     assert train._cache_size() == before
 
 
+@pytest.mark.slow
 def test_continuous_actions_run():
     config = dataclasses.replace(TINY, env="Pendulum-v1", normalize_observations=True)
     state, metrics = jax.jit(ppo.make_train(config))(jax.random.key(0))

@@ -123,6 +123,7 @@ def test_pqn_learns_cartpole():
     assert (final >= 400).sum() >= 2, final
 
 
+@pytest.mark.slow
 def test_cnn_torso_on_minatar_runs_and_refuses_vector_observations():
     """torso="cnn": PQN trains on Breakout-MinAtar's [10, 10, 4] images with the MinAtar network; an image torso
     on CartPole's vector observations is refused before compiling, naming the field."""

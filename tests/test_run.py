@@ -122,6 +122,7 @@ def test_bad_eval_settings_raise():
         loop.run(ppo, CONFIG, eval_every=1, eval_episodes=0, progress=False)
 
 
+@pytest.mark.slow
 def test_cli_trains_and_writes_a_run_folder(tmp_path, capsys):
     argv = (
         "train ppo --num-envs 4 --num-steps 16 --total-timesteps 4.48e2 --update-epochs 1 --num-minibatches 2"

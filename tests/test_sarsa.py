@@ -208,6 +208,7 @@ def test_targets_of_a_rollout_match_numpy(expected):
     np.testing.assert_allclose(targets, ref_targets, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_one_step_targets_equal_rlax_expected_sarsa_and_sarsa():
     """lambda = 0: Expected SARSA's TD errors are rlax.expected_sarsa (and td_reference.expected_sarsa_td) with the
     epsilon-greedy probabilities at every step; SARSA's are rlax.sarsa (and td_reference.sarsa_td) where the next
