@@ -91,8 +91,8 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     for d, layout in layouts:
         start = time.perf_counter()
-        programs[d, layout], inputs = program(config, d, layout, key if args.seeds == 1 else keys)
-        programs[d, layout] = programs[d, layout].lower(inputs).compile(), inputs
+        jitted, inputs = program(config, d, layout, key if args.seeds == 1 else keys)
+        programs[d, layout] = jitted.lower(inputs).compile(), inputs
         row = {"devices": d, "layout": layout, "seeds": args.seeds, "compile_s": time.perf_counter() - start}
         rows[d, layout] = {**row, "run_s": float("inf")}
     order = layouts + layouts[::-1]
