@@ -5,7 +5,10 @@ PPO on CartPole-v1 with num_envs environments in total (split over the d devices
 minibatches (PureJaxRL's CartPole settings at many envs). Every program is compiled first (`compile_s`), then
 called round robin in the order 1, 2, ..., 2, 1 (`--repeats` rounds), so that a change of the machine's load hits
 every device count alike; run seconds: the fastest call, and its cores used = process CPU seconds / wall
-seconds (below the device count when other work shares the machine). On a CPU the devices are XLA CPU
+seconds (below the device count when other work shares the machine). Beside them, in the same round robin, the
+env-only limit on d devices ("env only": the same env steps with random actions, `benchmarks.throughput.env_loop`,
+num_envs / d environments per device, no network): each PPO row's `vs_env_only` is its env steps/s over that
+limit on its device count. On a CPU the devices are XLA CPU
 devices, one per core (`--cpu-cores`, default: the largest of --devices; set before JAX starts). Writes
 benchmarks/results/scaling[_TAG].json and .md. Usage: `python -m benchmarks.scaling [--devices 1,2]
 [--num-envs 2048] [--iterations 4] [--repeats 2] [--seeds S]`.
@@ -64,6 +67,31 @@ def program(config, d: int, layout: str, keys):
     return program, jax.device_put(keys, sharding)
 
 
+def env_only_program(config, d: int):
+    """(jitted env-only loop on d devices, its input): each device steps num_envs / d envs with random actions for
+    iterations x num_steps steps, the same env steps as one PPO call."""
+    import dataclasses
+
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from benchmarks.throughput import env_loop, random_act
+    from jaxrl.algos import ppo
+    from jaxrl.rollout import reset
+
+    env = ppo.make_env(dataclasses.replace(config, num_envs=config.num_envs // d))
+    loop = env_loop(env, lambda params: random_act(env.spec), config.num_iterations * config.num_steps)
+
+    def one(key):
+        reset_key, loop_key = jax.random.split(key)
+        return loop(None, reset(env, reset_key), loop_key)
+
+    sharding = NamedSharding(Mesh(np.array(jax.devices()[:d]), ("envs",)), P("envs"))
+    program = jax.jit(jax.vmap(one), in_shardings=sharding, out_shardings=sharding)
+    return program, jax.device_put(jax.random.split(jax.random.key(1), d), sharding)
+
+
 def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     import jax
@@ -85,13 +113,17 @@ def main(argv=None) -> int:
     layouts = [(d, "envs split") for d in counts]
     if args.seeds > 1:
         layouts += [(d, "seeds split") for d in counts if d > 1 and args.seeds % d == 0]
+    layouts += [(d, "env only") for d in counts if args.seeds == 1]
     key = jax.random.key(0)
     keys = jax.random.split(key, args.seeds)
     programs, rows = {}, {}
     load_before = os.getloadavg()
     for d, layout in layouts:
         start = time.perf_counter()
-        jitted, inputs = program(config, d, layout, key if args.seeds == 1 else keys)
+        if layout == "env only":
+            jitted, inputs = env_only_program(config, d)
+        else:
+            jitted, inputs = program(config, d, layout, key if args.seeds == 1 else keys)
         programs[d, layout] = jitted.lower(inputs).compile(), inputs
         row = {"devices": d, "layout": layout, "seeds": args.seeds, "compile_s": time.perf_counter() - start}
         rows[d, layout] = {**row, "run_s": float("inf")}
@@ -100,16 +132,21 @@ def main(argv=None) -> int:
         for entry in order:
             compiled, inputs = programs[entry]
             start, cpu_start = time.perf_counter(), cpu_seconds()
-            state, metrics = jax.block_until_ready(compiled(inputs))
+            outputs = jax.block_until_ready(compiled(inputs))
             run_s = time.perf_counter() - start
             if run_s < rows[entry]["run_s"]:
                 rows[entry]["run_s"], rows[entry]["cores_used"] = run_s, (cpu_seconds() - cpu_start) / run_s
-            rows[entry]["episode_return_last"] = float(np.mean(metrics["episode_return"][..., -1]))
+            if entry[1] != "env only":
+                rows[entry]["episode_return_last"] = float(np.mean(outputs[1]["episode_return"][..., -1]))
     steps = common.env_steps(config) * args.seeds
-    base_rate = steps / rows[layouts[0]]["run_s"]
     for row in rows.values():
         row["steps_per_s"] = steps / row["run_s"]
-        row["ratio"] = row["steps_per_s"] / base_rate
+    for (_, layout), row in rows.items():  # env-only rows against the env-only limit on the first device count
+        first = rows[layouts[0][0], "env only" if layout == "env only" else layouts[0][1]]
+        row["ratio"] = row["steps_per_s"] / first["steps_per_s"]
+    for (d, layout), row in rows.items():
+        if layout != "env only" and (d, "env only") in rows:
+            row["vs_env_only"] = row["steps_per_s"] / rows[d, "env only"]["steps_per_s"]
     record = {
         "benchmark": "scaling",
         "config": base.to_dict(config),
@@ -132,11 +169,14 @@ def main(argv=None) -> int:
         "",
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}",
         "",
-        "| devices | seeds x envs | env steps/s | ratio to 1 device | compile s | cores used |",
-        "|---|---|---|---|---|---|",
+        "| devices | seeds x envs | env steps/s | ratio to 1 device | of the env-only limit | compile s | cores used |",
+        "|---|---|---|---|---|---|---|",
         *(
-            f"| {r['devices']} | {r['layout']} | {r['steps_per_s']:,.0f} | {r['ratio']:.2f} | {r['compile_s']:.1f} | "
-            f"{r['cores_used']:.2f} |"
+            f"| {r['devices']} | {r['layout']} | {r['steps_per_s']:,.0f} | {r['ratio']:.2f} | "
+            f"{r['vs_env_only']:.2f} | {r['compile_s']:.1f} | {r['cores_used']:.2f} |"
+            if "vs_env_only" in r
+            else f"| {r['devices']} | {r['layout']} | {r['steps_per_s']:,.0f} | {r['ratio']:.2f} |  | "
+            f"{r['compile_s']:.1f} | {r['cores_used']:.2f} |"
             for r in rows.values()
         ),
     ]
