@@ -8,10 +8,13 @@ every device count alike; run seconds: the fastest call, and its cores used = pr
 seconds (below the device count when other work shares the machine). Beside them, in the same round robin, the
 env-only limit on d devices ("env only": the same env steps with random actions, `benchmarks.throughput.env_loop`,
 num_envs / d environments per device, no network): each PPO row's `vs_env_only` is its env steps/s over that
-limit on its device count. On a CPU the devices are XLA CPU
+limit on its device count. With `--one-core` the 1-device program is also timed with every thread of the process
+pinned to one core ("envs split, one core", in the same round robin; the affinity is restored for the other
+programs): one XLA CPU device runs its program on the process's intra-op thread pool, which spans every core,
+so "ratio to 1 device on one core" is the ratio to one device that is one core. On a CPU the devices are XLA CPU
 devices, one per core (`--cpu-cores`, default: the largest of --devices; set before JAX starts). Writes
 benchmarks/results/scaling[_TAG].json and .md. Usage: `python -m benchmarks.scaling [--devices 1,2]
-[--num-envs 2048] [--iterations 4] [--repeats 2] [--seeds S]`.
+[--num-envs 2048] [--iterations 4] [--repeats 2] [--seeds S] [--one-core]`.
 
 With `--seeds S` (S > 1) every program trains S seeds, and each device count d > 1 is measured in both layouts
 of seeds x envs: "envs split" is `vmap` over seeds of `make_train(config, devices=d)` (every device steps its
@@ -40,6 +43,11 @@ def parse(argv):
     parser.add_argument("--repeats", type=int, default=2, help="rounds of calls (1, 2, ..., 2, 1 each)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per program (> 1: both seed layouts)")
     parser.add_argument("--tag", default="", help="suffix of the result files (e.g. the machine)")
+    parser.add_argument(
+        "--one-core",
+        action="store_true",
+        help="also time the 1-device program with every thread of the process pinned to one core (Linux)",
+    )
     args = parser.parse_args(argv)
     args.devices = [int(d) for d in args.devices.split(",")]
     return args
@@ -65,6 +73,19 @@ def program(config, d: int, layout: str, keys):
     sharding = NamedSharding(Mesh(np.array(jax.devices()[:d]), ("seeds",)), P("seeds"))
     program = jax.jit(jax.vmap(base.make_train(config)), in_shardings=sharding, out_shardings=sharding)
     return program, jax.device_put(keys, sharding)
+
+
+def _cell(row: dict, field: str) -> str:
+    return f"{row[field]:.2f}" if field in row else ""
+
+
+def pin_threads(cores: set[int]) -> None:
+    """Sets the CPU affinity of every thread of this process (XLA's intra-op pool included) to `cores`."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def env_only_program(config, d: int):
@@ -114,6 +135,8 @@ def main(argv=None) -> int:
     if args.seeds > 1:
         layouts += [(d, "seeds split") for d in counts if d > 1 and args.seeds % d == 0]
     layouts += [(d, "env only") for d in counts if args.seeds == 1]
+    if args.one_core and 1 in counts:
+        layouts.insert(1, (1, "envs split, one core"))
     key = jax.random.key(0)
     keys = jax.random.split(key, args.seeds)
     programs, rows = {}, {}
@@ -123,14 +146,17 @@ def main(argv=None) -> int:
         if layout == "env only":
             jitted, inputs = env_only_program(config, d)
         else:
-            jitted, inputs = program(config, d, layout, key if args.seeds == 1 else keys)
+            jitted, inputs = program(config, d, layout.split(",")[0], key if args.seeds == 1 else keys)
         programs[d, layout] = jitted.lower(inputs).compile(), inputs
         row = {"devices": d, "layout": layout, "seeds": args.seeds, "compile_s": time.perf_counter() - start}
         rows[d, layout] = {**row, "run_s": float("inf")}
     order = layouts + layouts[::-1]
+    all_cores = os.sched_getaffinity(0) if args.one_core else None
     for _ in range(args.repeats):
         for entry in order:
             compiled, inputs = programs[entry]
+            if args.one_core:
+                pin_threads({min(all_cores)} if entry[1].endswith("one core") else all_cores)
             start, cpu_start = time.perf_counter(), cpu_seconds()
             outputs = jax.block_until_ready(compiled(inputs))
             run_s = time.perf_counter() - start
@@ -147,6 +173,8 @@ def main(argv=None) -> int:
     for (d, layout), row in rows.items():
         if layout != "env only" and (d, "env only") in rows:
             row["vs_env_only"] = row["steps_per_s"] / rows[d, "env only"]["steps_per_s"]
+        if layout != "env only" and (1, "envs split, one core") in rows:
+            row["ratio_to_one_core"] = row["steps_per_s"] / rows[1, "envs split, one core"]["steps_per_s"]
     record = {
         "benchmark": "scaling",
         "config": base.to_dict(config),
@@ -169,14 +197,13 @@ def main(argv=None) -> int:
         "",
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}",
         "",
-        "| devices | seeds x envs | env steps/s | ratio to 1 device | of the env-only limit | compile s | cores used |",
-        "|---|---|---|---|---|---|---|",
+        "| devices | seeds x envs | env steps/s | ratio to 1 device | ratio to 1 device on one core | of the env-only "
+        "limit | compile s | cores used |",
+        "|---|---|---|---|---|---|---|---|",
         *(
             f"| {r['devices']} | {r['layout']} | {r['steps_per_s']:,.0f} | {r['ratio']:.2f} | "
-            f"{r['vs_env_only']:.2f} | {r['compile_s']:.1f} | {r['cores_used']:.2f} |"
-            if "vs_env_only" in r
-            else f"| {r['devices']} | {r['layout']} | {r['steps_per_s']:,.0f} | {r['ratio']:.2f} |  | "
-            f"{r['compile_s']:.1f} | {r['cores_used']:.2f} |"
+            f"{_cell(r, 'ratio_to_one_core')} | {_cell(r, 'vs_env_only')} | {r['compile_s']:.1f} | "
+            f"{r['cores_used']:.2f} |"
             for r in rows.values()
         ),
     ]
