@@ -268,38 +268,6 @@ def test_relayout_keeps_replicated_leaves_and_resplits_envs():
 # Two devices, in a subprocess
 # ---------------------------------------------------------------------------------------------------------------
 
-SHARDED_EQUALS_EMULATED = """
-import jax, jax.numpy as jnp, numpy as np
-from jaxrl import parallel
-from jaxrl.algos import base, ppo
-assert len(jax.devices()) == 2
-for epochs, minibatches in ((1, 1), (2, 2)):
-    config = ppo.Config(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 4, update_epochs=epochs,
-                        num_minibatches=minibatches, hidden_sizes=(16, 16))
-    state, metrics = jax.jit(base.make_train(config, devices=2))(jax.random.key(0))
-    _, local = base.data_parallel_config(config, 2)
-    reference = parallel.emulate(lambda k: base.train(local, k), 2, in_axes=None, out_axes=(0, None))
-    ref_state, ref_metrics = jax.jit(reference)(jax.random.key(0))
-    for name in metrics:
-        np.testing.assert_allclose(metrics[name], ref_metrics[name], rtol=1e-5, atol=1e-6, err_msg=name)
-    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(ref_state.params)):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-        np.testing.assert_array_equal(a[0], a[1])  # the replicated parameters are equal on both devices
-    assert state.env.obs.shape == (2, 4, 4)  # [devices, envs per device, obs]
-    assert not np.array_equal(state.env.obs[0], state.env.obs[1])  # each device steps its own envs
-    print("ok", epochs, minibatches, metrics["episodes"].tolist())
-"""
-
-
-@pytest.mark.slow
-def test_two_devices_equal_the_emulated_global_computation():
-    """PPO on 2 CPU devices (1 epoch x 1 minibatch, and 2 x 2 with shuffling) equals the same global
-    computation on one device (2 devices emulated by a named vmap axis: the same per-device env keys) to
-    rtol 1e-5, with equal parameters on both devices and different env batches."""
-    out = run_on_two_devices(SHARDED_EQUALS_EMULATED)
-    assert out.count("ok") == 2, out
-
-
 RUNNER = """
 import shutil, sys, numpy as np, jax
 from jaxrl.algos import ppo
@@ -461,31 +429,44 @@ def test_every_data_parallel_algorithm_trains_on_two_devices():
     assert [line.split()[1] for line in out.splitlines() if line.startswith("ok ")] == list(SMALL), out
 
 
-SHARDED_EQUALS_EMULATED_RUN = """
+SHARDED_EQUALS_EMULATED = """
 import jax, numpy as np
 from jaxrl import parallel
 from jaxrl.algos import ALGORITHMS, base
-config = ALGORITHMS["{name}"].Config(**{{"hidden_sizes": (16, 16), **{kwargs}}})
-state, metrics = jax.jit(base.make_train(config, devices=2))(jax.random.key(0))
-_, local = base.data_parallel_config(config, 2)
-reference = parallel.emulate(lambda k: base.train(local, k), 2, in_axes=None, out_axes=(0, None))
-ref_state, ref_metrics = jax.jit(reference)(jax.random.key(0))
-for name in metrics:
-    np.testing.assert_allclose(metrics[name], ref_metrics[name], rtol=1e-5, atol=1e-6, err_msg=name)
-for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(ref_state.params), strict=True):
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-print("ok", {{k: float(v[-1]) for k, v in metrics.items() if k in ("accepted", "kl", "temperature")}})
+assert len(jax.devices()) == 2
+for label, name, kwargs in {cases}:
+    config = ALGORITHMS[name].Config(**{{"hidden_sizes": (16, 16), **kwargs}})
+    state, metrics = jax.jit(base.make_train(config, devices=2))(jax.random.key(0))
+    _, local = base.data_parallel_config(config, 2)
+    reference = parallel.emulate(lambda k: base.train(local, k), 2, in_axes=None, out_axes=(0, None))
+    ref_state, ref_metrics = jax.jit(reference)(jax.random.key(0))
+    for metric in metrics:
+        np.testing.assert_allclose(metrics[metric], ref_metrics[metric], rtol=1e-5, atol=1e-6, err_msg=label)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(ref_state.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=label)
+        np.testing.assert_array_equal(a[0], a[1], err_msg=label)  # replicated: equal on both devices
+    assert state.env.obs.shape[:2] == (2, config.num_envs // 2), label  # [devices, envs per device, ...]
+    assert not np.array_equal(state.env.obs[0], state.env.obs[1]), label  # each device steps its own envs
+    print("ok", label, flush=True)
 """
+
+PPO_EMULATED = dict(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 4)
+EMULATED_CASES = [
+    ("ppo-1x1", "ppo", dict(PPO_EMULATED, update_epochs=1, num_minibatches=1)),
+    ("ppo-2x2", "ppo", dict(PPO_EMULATED, update_epochs=2, num_minibatches=2)),
+    ("trpo", "trpo", SMALL["trpo"]),
+    ("vmpo", "vmpo", SMALL["vmpo"]),
+]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["trpo", "vmpo"])
-def test_trpo_and_vmpo_on_two_devices_equal_the_emulated_run(name):
-    """TRPO and V-MPO on 2 CPU devices (shard_map, collectives over the mesh) equal the same data-parallel
-    program emulated on one device (a named vmap axis, the same per-device keys) to rtol 1e-5 over 3 iterations:
-    metrics and parameters."""
-    out = run_on_two_devices(SHARDED_EQUALS_EMULATED_RUN.format(name=name, kwargs=SMALL[name]))
-    assert "ok" in out, out
+def test_two_devices_equal_the_emulated_global_computation():
+    """On 2 CPU devices (shard_map, collectives over the mesh) PPO (1 epoch x 1 minibatch, and 2 x 2 with
+    shuffling), TRPO and V-MPO equal the same data-parallel program emulated on one device (2 devices as a named
+    vmap axis, the same per-device keys) to rtol 1e-5: metrics and parameters, equal parameters on both devices,
+    a different env batch on each. One process runs every case; its output names each case that passed."""
+    out = run_on_two_devices(SHARDED_EQUALS_EMULATED.format(cases=EMULATED_CASES), timeout=2 * TIMEOUT_S)
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("ok ")] == [c[0] for c in EMULATED_CASES]
 
 
 TWO_PROCESSES = """
