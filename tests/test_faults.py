@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gc
 import hashlib
 import json
 import os
@@ -308,6 +309,31 @@ def test_lock_is_exclusive_while_held(tmp_path):
     second = loop.RunLock(tmp_path)
     second.acquire()  # released: free again
     second.release()
+
+
+def test_ctrl_c_swallowed_by_a_gc_callback_during_compilation_still_stops_the_run(tmp_path, monkeypatch, capsys):
+    """Found in CI: SIGINT during compilation can land in jax's `_xla_gc_callback`; Python then prints "Exception
+    ignored ... KeyboardInterrupt" and carries on, and the run trained to the end with exit code 0. Here a gc
+    callback raises the KeyboardInterrupt while the programs compile: the run must stop as a Ctrl-C during
+    compilation (its new folder removed), print no traceback, and leave the unraisable hook as it was."""
+    compile_programs = loop.compile_programs
+
+    def compile_with_a_ctrl_c_in_gc(*args, **kwargs):
+        def interrupt(phase, info):
+            gc.callbacks.remove(interrupt)
+            raise KeyboardInterrupt
+
+        gc.callbacks.append(interrupt)
+        gc.collect()  # the callback's KeyboardInterrupt goes to sys.unraisablehook, not to this frame
+        return compile_programs(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "compile_programs", compile_with_a_ctrl_c_in_gc)
+    hook = sys.unraisablehook
+    run = tmp_path / "run"
+    with pytest.raises(loop.Interrupted) as stop:
+        run_tiny(run_dir=run)
+    assert stop.value.compiling and not run.exists()
+    assert "Traceback" not in capsys.readouterr().err and sys.unraisablehook is hook
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -192,6 +193,34 @@ class _DeferredInterrupt:
     def raise_if_requested(self) -> None:
         """At a chunk boundary; over several processes, all stop when any of them saw a Ctrl-C."""
         if hosts.any_process(self.requested):
+            raise KeyboardInterrupt
+
+
+class _SwallowedInterrupts:
+    """While installed, a KeyboardInterrupt that Python cannot raise where it happened (Ctrl-C landing in a gc
+    callback such as jax's `_xla_gc_callback`, which reports it through `sys.unraisablehook` as "Exception
+    ignored" and carries on) is recorded instead of printed, so `raise_if_any` can raise it afterwards. Without
+    this, such a Ctrl-C during compilation was lost and the run went on to the end."""
+
+    def __init__(self):
+        self.seen = False
+        self.previous = None
+
+    def _hook(self, unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            self.seen = True
+        else:
+            self.previous(unraisable)
+
+    def __enter__(self):
+        self.previous, sys.unraisablehook = sys.unraisablehook, self._hook
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.unraisablehook = self.previous
+
+    def raise_if_any(self) -> None:
+        if self.seen:
             raise KeyboardInterrupt
 
 
@@ -480,9 +509,11 @@ def run(
                 history = [restored]
             plan = chunk_plan(config.num_iterations - done, num_chunks, eval_every)
             keys_eval = eval_keys(seed, seeds)
-            initial, compiled = compile_programs(
-                algo, config, None if resume else init, keys, abstract_state, plan, eval_episodes, keys_eval, mesh
-            )
+            with _SwallowedInterrupts() as swallowed:
+                initial, compiled = compile_programs(
+                    algo, config, None if resume else init, keys, abstract_state, plan, eval_episodes, keys_eval, mesh
+                )
+            swallowed.raise_if_any()
         except KeyboardInterrupt as error:
             discard()
             raise Interrupted(0, run_dir, compiling=True) from error
