@@ -244,3 +244,35 @@ def test_make_torso_refuses_an_image_torso_on_vector_observations():
         make_torso("cnn", (64,), "relu", False, (4,))
     with pytest.raises(ValueError, match="not one of"):
         make_torso("resnet", (64,), "relu", False, (10, 10, 4))
+
+
+def test_a_gaussian_mean_outside_the_action_box_gets_no_gradient_back():
+    """Why A2C and IMPALA lost seeds on Pendulum (their failing seeds' means sat at -9 to +20 against the box
+    [-2, 2], a constant clipped torque): the env acts on clip(a), so once the mean m is several std outside the
+    box every sample acts the same, the return no longer depends on the sample and the expected policy gradient
+    E[R(clip(a)) d log N(a; m, s) / dm] = E[R(clip(a)) (a - m) / s^2] is 0: nothing pulls m back. Inside the box
+    the same estimate is the true slope dE[R]/dm (here -2m for R(a) = -a^2)."""
+    s, n = 0.2, 400_000
+    noise = np.random.default_rng(0).normal(size=n)
+
+    def gradient(m):
+        a = m + s * noise
+        return np.mean(-(np.clip(a, -2.0, 2.0) ** 2) * (a - m) / s**2)
+
+    assert gradient(1.0) == pytest.approx(-2.0, abs=0.05)  # inside: pulled towards the best action 0
+    assert abs(gradient(4.0)) < 0.01  # outside by 10 std: no signal (-2m would be -8)
+
+
+def test_bound_mean_keeps_the_gaussian_mean_in_the_action_box():
+    """`mean_bounds=(low, high)`: mean = low + (tanh(x) + 1) (high - low) / 2, inside the box for any input and
+    the box's centre at the zero-initialised output; without it the mean is the linear output."""
+    bounded = ActorCritic(action_dim=2, discrete=False, mean_bounds=((-2.0, 0.0), (2.0, 1.0)))
+    params = bounded.init(jax.random.key(0), jnp.zeros((1, 3)))
+    loud = jax.tree.map(lambda x: 1e3 * x, params)  # outputs far beyond any box before the bound
+    mean = bounded.apply(loud, 100.0 * obs_batch((B, 3)), method=ActorCritic.policy).mean()
+    assert np.all(mean[:, 0] >= -2.0) and np.all(mean[:, 0] <= 2.0)
+    assert np.all(mean[:, 1] >= 0.0) and np.all(mean[:, 1] <= 1.0) and float(np.abs(mean).max()) > 1.9
+    zero = jax.tree.map(jnp.zeros_like, params)
+    np.testing.assert_allclose(
+        bounded.apply(zero, obs_batch((B, 3)), method=ActorCritic.policy).mean(), [[0.0, 0.5]] * B
+    )

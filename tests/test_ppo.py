@@ -35,6 +35,7 @@ def tiny_runs():
         (dict(learning_rate=-1.0), "learning_rate"),
         (dict(num_envs=0), "num_envs"),
         (dict(activation="sigmoid"), "activation"),
+        (dict(env="Pendulum-v1", bound_mean=True, core="gru"), "bound_mean"),
     ],
 )
 def test_bad_config_raises_naming_the_field(overrides, field):

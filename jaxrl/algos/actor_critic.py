@@ -24,6 +24,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
@@ -73,6 +74,11 @@ class Config(base.Config):
     torso: str = static("mlp", "observation encoder: mlp, or cnn / cnn_large for image observations [H, W, C]")
     hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the actor and of the critic MLP")
     activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
+    bound_mean: bool = static(
+        False,
+        "continuous actions: keep the Gaussian's mean inside the action box (low + (tanh(x) + 1) (high - low) / 2); "
+        "unbounded, a mean that leaves the box gets no gradient back (every clipped sample acts the same)",
+    )
     optimizer: str = static("adam", "optimiser after global-norm clipping: adam, rmsprop or radam")
     normalize_observations: bool = static(False, "normalise observations by running mean and std")
     normalize_rewards: bool = static(
@@ -125,6 +131,8 @@ def validate(
     check_torso(config, envs.make(config.env, 1).spec.observation_shape)
     if hasattr(config, "core"):
         check_core(config)
+    if getattr(config, "bound_mean", False) and recurrent(config):
+        raise ValueError("bound_mean=True applies to the MLP policy only; set core='none' or bound_mean=False.")
     for field, (low, high, low_open) in RANGES.items():
         if hasattr(config, field):
             check_range(config, field, low, high, low_open)
@@ -150,7 +158,12 @@ def make_network(config, spec: envs.EnvSpec) -> ActorCritic | RecurrentActorCrit
     names a recurrent `core`."""
     if recurrent(config):
         return RecurrentActorCritic(spec.action_dim, spec.discrete, torso(config, spec), core(config), spec.action_mask)
-    return ActorCritic(spec.action_dim, spec.discrete, torso(config, spec), spec.action_mask)
+    bounds = None
+    if getattr(config, "bound_mean", False) and not spec.discrete:
+        with jax.ensure_compile_time_eval():  # the box as constants of the module, also under jit
+            box = envs.make(config.env, 1).spec
+            bounds = (tuple(np.asarray(box.action_low).tolist()), tuple(np.asarray(box.action_high).tolist()))
+    return ActorCritic(spec.action_dim, spec.discrete, torso(config, spec), spec.action_mask, bounds)
 
 
 def policy_of(network, params) -> Callable:

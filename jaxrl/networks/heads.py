@@ -62,6 +62,7 @@ class ActorCritic(nn.Module):
     discrete: bool
     torso: MLPTorso = MLPTorso()
     action_mask: bool = False
+    mean_bounds: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # (low, high): a mean inside the box
 
     def setup(self):
         self.actor = TorsoHead(self.torso, self.action_dim, 0.01)
@@ -76,6 +77,9 @@ class ActorCritic(nn.Module):
         out = self.actor(obs)
         if self.discrete:
             return distrax.Categorical(logits=mask_actions(out, obs) if self.action_mask else out)
+        if self.mean_bounds is not None:
+            low, high = (jnp.asarray(b, out.dtype) for b in self.mean_bounds)
+            out = low + 0.5 * (jnp.tanh(out) + 1.0) * (high - low)
         return distrax.MultivariateNormalDiag(out, jnp.exp(self.log_std))
 
     def value(self, obs: jax.Array) -> jax.Array:
