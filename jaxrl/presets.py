@@ -31,7 +31,7 @@ PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     ("reinforce", "CartPole-v1"): dict(learning_rate=2e-3),
     # IMPALA at 5e5 steps, 8 seeds: two passes at half the rate, training 386.5, evaluation 439.8; the defaults
     # 302.5 / 358.2. Seeds still range 193-492: truncated importance weights bound each step's weight, not how far
-    # the learner's policy moves from the behaviour's (4 epochs: three of 8 seeds collapsed to returns of 9-21)
+    # the learner's policy moves from the behaviour's (4 epochs: three of 8 seeds collapsed to training returns of 9-17)
     ("impala", "CartPole-v1"): dict(update_epochs=2, learning_rate=5e-4),
     # DQN's defaults before 2026-12 (8 envs x 8 steps, 8 updates per iteration, 5e4 buffer, target copy every 5
     # iterations, double 3-step Huber targets, LayerNorm, lr 5e-4): on MountainCar at 2e5 steps, 8 seeds, training
