@@ -34,18 +34,34 @@ class Timing(NamedTuple):
     out: Any
 
 
-def measure(fn, *args, repeats: int = 1) -> Timing:
+def measure(fn, *args, repeats: int = 1, on_compiled=None) -> Timing:
     """Compiles `jax.jit(fn)` for `args` and calls it `repeats` times: (compile_s, run_s, output), as defined in
-    this module's docstring (compile_s: `lower(*args).compile()` seconds; run_s: the fastest call)."""
+    this module's docstring (compile_s: `lower(*args).compile()` seconds; run_s: the fastest call).
+    `on_compiled(compiled)`, when given, sees the compiled executable before the first call."""
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     compile_s = time.perf_counter() - start
+    if on_compiled is not None:
+        on_compiled(compiled)
     run_s, out = float("inf"), None
     for _ in range(max(1, repeats)):
         start = time.perf_counter()
         out = jax.block_until_ready(compiled(*args))
         run_s = min(run_s, time.perf_counter() - start)
     return Timing(compile_s, run_s, out)
+
+
+def program_memory(compiled) -> dict | None:
+    """The device memory a compiled program needs (`compiled.memory_analysis()`), in bytes: its arguments,
+    outputs, temporaries and generated code; None where the backend does not say."""
+    try:
+        analysis = compiled.memory_analysis()
+    except Exception:  # not every backend implements it
+        return None
+    if analysis is None:
+        return None
+    names = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "generated_code_size_in_bytes")
+    return {name.removesuffix("_size_in_bytes"): int(getattr(analysis, name, 0)) for name in names}
 
 
 def env_steps(config, seeds: int = 1) -> int:

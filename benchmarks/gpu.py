@@ -23,7 +23,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from benchmarks.common import env_steps, machine, mean_final_return, measure, write_json
+from benchmarks.common import env_steps, machine, mean_final_return, measure, program_memory, write_json
 from jaxrl.algos import ppo
 
 
@@ -61,10 +61,12 @@ def bench(num_envs: int, seeds: int, num_steps: int, iterations: int, repeats: i
     )
     train = ppo.make_train(config)
     key = jax.random.key(0)
+    memory = {}
     if seeds == 1:
-        compile_s, run_s, (_, metrics) = measure(train, key, repeats=repeats)
+        compile_s, run_s, (_, metrics) = measure(train, key, repeats=repeats, on_compiled=remember(memory))
     else:
-        compile_s, run_s, (_, metrics) = measure(jax.vmap(train), jax.random.split(key, seeds), repeats=repeats)
+        keys = jax.random.split(key, seeds)
+        compile_s, run_s, (_, metrics) = measure(jax.vmap(train), keys, repeats=repeats, on_compiled=remember(memory))
     steps = env_steps(config, seeds)
     return {
         "num_envs": num_envs,
@@ -77,7 +79,20 @@ def bench(num_envs: int, seeds: int, num_steps: int, iterations: int, repeats: i
         "steps_per_s": steps / run_s,
         "final_return": mean_final_return(metrics["episode_return"]),
         "peak_memory_bytes": peak_memory_bytes(),
+        "program_memory_bytes": memory.get("bytes"),
     }
+
+
+def remember(memory: dict):
+    """An `on_compiled` hook that keeps the program's `program_memory` in `memory["bytes"]` and prints it."""
+
+    def hook(compiled):
+        memory["bytes"] = program_memory(compiled)
+        if memory["bytes"]:
+            sizes = ", ".join(f"{name} {size / 2**20:.1f} MiB" for name, size in memory["bytes"].items())
+            print(f"  compiled program memory: {sizes}", flush=True)
+
+    return hook
 
 
 HEADER = "| num_envs | seeds | env steps | compile s | run s | env steps/s | final return |\n" + "|" + "---|" * 7

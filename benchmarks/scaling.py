@@ -101,7 +101,7 @@ def env_only_program(config, d: int):
     from jaxrl.algos import ppo
     from jaxrl.rollout import reset
 
-    env = ppo.make_env(dataclasses.replace(config, num_envs=config.num_envs // d))
+    env = ppo.setup(dataclasses.replace(config, num_envs=config.num_envs // d)).env
     loop = env_loop(env, lambda params: random_act(env.spec), config.num_iterations * config.num_steps)
 
     def one(key):

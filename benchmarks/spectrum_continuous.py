@@ -37,7 +37,7 @@ def run_algo(name: str, config, seeds: int, eval_episodes: int) -> dict:
     compile_s, run_s, (state, metrics) = measure(jax.vmap(module.make_train(config)), keys)
 
     def evaluate_one(state, key):
-        act, normalize = module.evaluation_policy(config, state, deterministic=True)
+        act, normalize = module.evaluation_policy(module.setup(config), config, state, deterministic=True)
         return evaluate(config.env, act, key, eval_episodes, normalize=normalize)["mean_return"]
 
     eval_keys = jax.random.split(jax.random.key(1), seeds)

@@ -181,7 +181,7 @@ def interleaved(ours, native, key, repeats: int) -> tuple[float, float]:
 
 
 def installed(suite: str) -> bool:
-    from jaxrl.suites import SUITES
+    from jaxrl.envs.suites import SUITES
 
     return importlib.util.find_spec(SUITES[suite].package) is not None
 

@@ -31,22 +31,14 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks.common import env_steps, machine, mean_final_return, measure, write_json
+from benchmarks.peer_workers import purejaxrl_cases
 from jaxrl import rollout as rollout_lib
 from jaxrl.algos import dqn, ppo, pqn, sarsa
+from jaxrl.algos.families import actor_critic
 
 VALUE_BASED = {"dqn": dqn, "pqn": pqn, "sarsa": sarsa}
 MAX_STEPS = 3_000_000  # iterations are scaled down so that one measured run has at most this many env steps
-PUREJAXRL = dict(
-    num_envs=4,
-    num_steps=128,
-    total_timesteps=500_000,
-    update_epochs=4,
-    num_minibatches=4,
-    learning_rate=2.5e-4,
-    anneal_lr=True,
-    clip_value_loss=True,
-    ent_coef=0.01,
-)
+PUREJAXRL = dict(purejaxrl_cases.PPO, anneal_lr=True, clip_value_loss=True)  # PureJaxRL's CartPole PPO
 
 
 def random_act(spec):
@@ -83,11 +75,11 @@ def env_loop(env, make_act, length: int):
 
 def rollout_loop(config: ppo.Config, iterations: int):
     """`(params, carry, key) -> checksum`: `iterations` calls of `rollout.rollout` exactly as in `ppo.update`."""
-    env = ppo.make_env(config)
-    network = ppo.make_network(config, env.spec)
+    setup = ppo.setup(config)
+    env, network = setup.env, setup.network
 
     def run(params, carry, key):
-        act, value = ppo.behaviour(network, params)
+        act, value = actor_critic.behaviour(network, params)
 
         def iteration(carry, iteration_key):
             carry, traj = rollout_lib.rollout(env, act, value, carry, iteration_key, config.num_steps)
@@ -122,9 +114,9 @@ def bench_num_envs(args, num_envs: int, key) -> list[dict]:
         update_epochs=4,
         num_minibatches=4,
     )
-    state = ppo.init(config, key)
-    env = ppo.make_env(config)
-    network = ppo.make_network(config, env.spec)
+    setup = ppo.setup(config)
+    env, network = setup.env, setup.network
+    state = ppo.init(setup, config, key)
     loop_args = (state.params, state.env, key)
     length = iterations * args.num_steps
     extra = {"iterations": iterations, "num_steps": args.num_steps}
@@ -133,7 +125,7 @@ def bench_num_envs(args, num_envs: int, key) -> list[dict]:
     a0 = row(
         "a0 env, random actions", num_envs, steps, *measure(random_loop, *loop_args, repeats=args.repeats)[:2], **extra
     )
-    policy_loop = env_loop(env, lambda params: ppo.behaviour(network, params)[0], length)
+    policy_loop = env_loop(env, lambda params: actor_critic.behaviour(network, params)[0], length)
     a = row(
         "a env + policy forward", num_envs, steps, *measure(policy_loop, *loop_args, repeats=args.repeats)[:2], **extra
     )
@@ -196,9 +188,9 @@ def bench_value(args, name: str, key) -> list[dict]:
         config = dataclasses.replace(config, total_timesteps=args.value_steps)
     module.validate(config)
     steps = env_steps(config)
-    env = module.make_env(config)
-    network = module.make_network(config, env.spec)
-    state = module.init(config, key)
+    setup = module.setup(config)
+    env, network = setup.env, setup.network
+    state = module.init(setup, config, key)
     loop_args = (state.params, state.env, key)
     length = config.num_iterations * config.num_steps
     extra = {"algo": name, "iterations": config.num_iterations, "num_steps": config.num_steps}

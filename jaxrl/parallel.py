@@ -10,8 +10,8 @@ context `data_parallel(D)`. Under that context the library's helpers become glob
 - `device_key(key)`: fold_in(key, device index), used where streams must differ per device (env resets and
   steps, rollout actions, replay sampling, minibatch shuffles); parameter init and every other key stay shared,
   so the replicated state stays identical on every device;
-- `mean_var`, `normalize`, `masked_mean`: statistics of a batch over the global batch (observation
-  normalisation, advantage normalisation);
+- `mean_var`, `normalize` (optionally masked), `masked_mean`: statistics of a batch over the global batch
+  (observation normalisation, advantage normalisation);
 - `gather`, `own_block`, `share_of_sum`: a selection over the global batch (V-MPO's top half: every device
   selects on the gathered advantages and keeps its own block) and a loss that sums over it;
 - `global_metrics`: an iteration's metrics over the devices (episode returns and lengths weighted by the
@@ -40,6 +40,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
+
+from jaxrl import losses
 
 AXIS = "data"
 
@@ -90,6 +92,12 @@ def active() -> bool:
     return num_devices() > 1
 
 
+def axis_name() -> str | None:
+    """The data axis name of the program being traced (`AXIS`), or None on one device: what a layer below the
+    algorithms (the environments) is given as an argument instead of reading this context."""
+    return AXIS if active() else None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The helpers the library calls (identity on one device)
 # ---------------------------------------------------------------------------------------------------------------
@@ -135,8 +143,15 @@ def mean_var(batch: jax.Array) -> tuple[jax.Array, jax.Array, int]:
     return mean, pmean(local_var + jnp.square(local_mean - mean)), count * num_devices()
 
 
-def normalize(x: jax.Array) -> jax.Array:
-    """(x - mean) / (std + 1e-8) with the mean and standard deviation of every element of `x` on every device."""
+def normalize(x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """(x - mean) / (std + 1e-8): the mean and the (population) standard deviation of the elements of `x` where
+    `mask` (every element without a mask), over every device's elements under data parallelism. The one
+    advantage normaliser of the algorithms; with a mask its statistics are masked means (`masked_mean`), so
+    masked-out elements never affect them."""
+    if mask is not None:
+        mean = masked_mean(x, mask, losses.masked_mean)
+        std = jnp.sqrt(masked_mean(jnp.square(x - mean), mask, losses.masked_mean))
+        return (x - mean) / (std + 1e-8)
     if not active():
         return (x - x.mean()) / (x.std() + 1e-8)
     mean = pmean(x.mean())

@@ -1,5 +1,6 @@
 """Plots as PNG: learning curves of run folders, and the sensitivity of a sweep's final return to each swept
-hyperparameter; both with means and 95% bootstrap intervals over seeds."""
+hyperparameter; both with means and 95% bootstrap intervals over seeds. `plot` picks the one that its paths
+name, as `jaxrl plot` does."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 from jaxrl.run.report import FINAL_FRACTION, final_return
 
 
-def _save(fig, out: str | Path) -> Path:
+def save_figure(fig, out: str | Path) -> Path:
     """Writes `fig` to the PNG `out` (making its folder) and closes it."""
     import matplotlib.pyplot as plt
 
@@ -94,7 +95,7 @@ def learning_curves(
     ax.set_title(f"{metric.replace('_', ' ')}: mean and 95% bootstrap interval over seeds")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def read_sweep(path: str | Path, metric: str = "episode_return", fraction: float = FINAL_FRACTION):
@@ -186,4 +187,37 @@ def sensitivity(
         f"interval over {seeds} seeds",
         fontsize=10,
     )
-    return _save(fig, out)
+    return save_figure(fig, out)
+
+
+def sweep_table(path: str | Path) -> Path | None:
+    """The results.csv that `path` names (the file, or a sweep folder holding one and no metrics.csv)."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".csv":
+        return path
+    if path.is_dir() and (path / "results.csv").exists() and not (path / "metrics.csv").exists():
+        return path / "results.csv"
+    return None
+
+
+def plot(
+    paths: list[str],
+    sensitivity_table: str | None = None,
+    out: str | Path | None = None,
+    metric: str = "episode_return",
+    x: str = "env_steps",
+    fraction: float = FINAL_FRACTION,
+) -> Path:
+    """What `jaxrl plot` draws: the sensitivity plot of one sweep table (`sensitivity_table`, or a sweep's
+    results.csv or folder among `paths`), else the learning curves of the run folders `paths`. Returns the PNG
+    (default learning_curves.png or sensitivity.png); ValueError for nothing to plot or a mix."""
+    tables = [t for t in map(sweep_table, paths) if t is not None]
+    if sensitivity_table is not None:
+        tables.insert(0, Path(sensitivity_table))
+    if tables:
+        if len(tables) != 1 or len(paths) > (0 if sensitivity_table else 1):
+            raise ValueError("plot one sweep table at a time, and not together with run folders.")
+        return sensitivity(tables[0], out or "sensitivity.png", metric, fraction)
+    if paths:
+        return learning_curves(paths, out or "learning_curves.png", metric, x)
+    raise ValueError("give run folders (learning curves) or --sensitivity RESULTS_CSV.")

@@ -275,7 +275,7 @@ def recurrent_rollout(
 
 @dataclasses.dataclass(frozen=True)
 class RecurrentAct:
-    """A policy with memory, as `jaxrl.run.evaluate.evaluate` plays it: `step(h, obs [E, ...], start [E], key) ->
+    """A policy with memory, as `jaxrl.episodes.evaluate` plays it: `step(h, obs [E, ...], start [E], key) ->
     (h', action [E, ...])` from `initial(E) -> h`; `evaluate` passes start = True at each episode's first step."""
 
     step: Callable

@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
 # The one-shot accelerator benchmark: PPO throughput at many environments and vmapped seeds
-# (benchmarks/gpu.py), on whatever accelerator this machine has, within a time budget; then the data-parallel
-# scaling of one run over its devices (benchmarks/scaling.py).
-#   scripts/accelerator.sh                     # 240 s budget: num_envs 2048 8192 x seeds 1 8 32
-#   BUDGET_S=120 scripts/accelerator.sh        # a smaller budget (no new case starts after it)
-#   scripts/accelerator.sh --quick             # any arguments pass through to benchmarks/gpu.py
+# (benchmarks/gpu.py), on whatever accelerator this machine has, then the data-parallel scaling of one run over
+# its devices (benchmarks/scaling.py); the whole script ends within WINDOW_S (default 570 s, a 10-minute slot).
+#   scripts/accelerator.sh                          # num_envs 2048 8192 x seeds 1 8 32
+#   WHEELHOUSE=DIR scripts/accelerator.sh           # no network: install what is missing from DIR's wheels only
+#   BUDGET_S=120 scripts/accelerator.sh             # start no new throughput case after 120 s (default 240)
+#   ALLOW_CPU=1 scripts/accelerator.sh --quick      # run on the CPU too; arguments pass through to benchmarks/gpu.py
 # With an NVIDIA GPU (nvidia-smi lists one) it installs jax[cuda12] at the installed jax's version when jax does
-# not see the GPU yet; with a TPU (/dev/accel*), jax[tpu]. Without either it runs on the CPU. The whole run is cut
-# off at HARD_LIMIT_S (default: budget + 300 s). Results: benchmarks/results/gpu_<device kind>.json and .md.
+# not see the GPU yet; with a TPU (/dev/accel*), jax[tpu]; from WHEELHOUSE (`pip install --no-index --find-links`)
+# when it is set. Before anything is timed it checks that JAX's backend is the accelerator the machine has, and
+# stops with a one-line reason when it is not (ALLOW_CPU=1 benchmarks the CPU instead). Every compiled program's
+# memory (`compiled.memory_analysis()`) is printed and stored. Results: benchmarks/results/gpu_<device kind>.json
+# and .md, and benchmarks/results/scaling_<backend>.json and .md.
 set -euo pipefail
+started=$SECONDS
 . "$(dirname "$0")/lib.sh"
+pip_from=()
+if [[ -n "${WHEELHOUSE:-}" ]]; then
+  [[ -d "$WHEELHOUSE" ]] || { echo "accelerator.sh: WHEELHOUSE=$WHEELHOUSE is not a folder" >&2; exit 2; }
+  pip_from=(--no-index --find-links "$WHEELHOUSE")
+  export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELHOUSE"  # use_venv's install reads these too
+fi
 use_venv
 
+window="${WINDOW_S:-570}"
 budget="${BUDGET_S:-240}"
-hard_limit="${HARD_LIMIT_S:-$((budget + 300))}"
+left() { echo $((window - (SECONDS - started))); }
 backend() { python -c "import jax; print(jax.default_backend())" 2>/dev/null || echo none; }
 jax_version="$(python -c "import importlib.metadata as m; print(m.version('jax'))")"
 
@@ -26,15 +38,23 @@ elif compgen -G "/dev/accel*" >/dev/null || compgen -G "/dev/vfio/[0-9]*" >/dev/
   extra=tpu
 fi
 if [[ "$wanted" != cpu && "$(backend)" != "$wanted" ]]; then
-  echo "installing jax[$extra]==$jax_version for the $wanted" >&2
-  python -m pip install --quiet "jax[$extra]==$jax_version" \
-    || echo "could not install jax[$extra]; benchmarking the $(backend) backend instead" >&2
+  echo "installing jax[$extra]==$jax_version for the $wanted${WHEELHOUSE:+ from $WHEELHOUSE}" >&2
+  python -m pip install --quiet "${pip_from[@]}" "jax[$extra]==$jax_version" \
+    || echo "could not install jax[$extra]" >&2
 fi
-echo "jax $jax_version, backend $(backend); budget ${budget} s, cut off at ${hard_limit} s" >&2
+have="$(backend)"
+echo "jax $jax_version, backend $have (this machine: $wanted); window ${window} s, throughput budget ${budget} s" >&2
 nvidia-smi -L 2>/dev/null || true
-timeout --signal=INT --kill-after=30 "$hard_limit" python -m benchmarks.gpu --budget-s "$budget" "$@"
+if [[ "$have" != "$wanted" || "$have" == cpu ]] && [[ -z "${ALLOW_CPU:-}" ]]; then
+  echo "accelerator.sh: JAX's backend is $have, not an accelerator (machine: $wanted); nothing timed." \
+    "Install jax[cuda12] or jax[tpu] (WHEELHOUSE=DIR offline), or set ALLOW_CPU=1 to benchmark the CPU." >&2
+  exit 3
+fi
+python -c "import jax; print('devices:', jax.devices())"
+scaling_s=120  # kept for the scaling run after the throughput cases
+timeout --signal=INT --kill-after=20 "$(( $(left) - scaling_s ))" python -m benchmarks.gpu --budget-s "$budget" "$@"
 # one run data-parallel over this machine's devices (benchmarks/scaling.py; counts above the device count are skipped)
 counts=1,2,4,8
-[[ "$(backend)" == cpu ]] && counts=1,2
-exec timeout --signal=INT --kill-after=30 "$hard_limit" python -m benchmarks.scaling --devices "$counts" \
-  --num-envs 8192 --tag "$(backend)"
+[[ "$have" == cpu ]] && counts=1,2
+exec timeout --signal=INT --kill-after=20 "$(( $(left) - 20 ))" python -m benchmarks.scaling --devices "$counts" \
+  --num-envs 8192 --tag "$have"

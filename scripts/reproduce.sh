@@ -2,12 +2,12 @@
 # Reproduces the results the README quotes, with the README's commands; every result lands in benchmarks/results/
 # (Markdown tables and PNG plots where the script draws them, compact JSON for the rest).
 #   scripts/reproduce.sh                 # every step below, in order (many hours on a 2-core CPU)
-#   scripts/reproduce.sh quick suite     # some steps
+#   scripts/reproduce.sh quick scorecard # some steps
 #   scripts/reproduce.sh --list          # the steps and their commands, nothing run
 # Steps (times as measured on the README's 2-core CPU machine):
-#   quick       the results suite's quick tier: CartPole-v1 and Pendulum-v1 at a fifth of the budgets (minutes)
-#   suite       the results suite at the README's budgets (about 2.5 h and more); it resumes: the cells already in
-#               benchmarks/results/suite.json are kept (move that file away to measure them again)
+#   quick       the scorecard's quick tier: CartPole-v1 and Pendulum-v1 at a fifth of the budgets (minutes)
+#   scorecard   the scorecard at the README's budgets (about 2.5 h and more); it resumes: the cells already in
+#               benchmarks/results/scorecard.json are kept (move that file away to measure them again)
 #   families    value-based, REINFORCE/A2C/TRPO and DDPG/TD3/SAC tables of the README's algorithm section
 #   grpo        PPO vs the GRPO variants (about 45 min)
 #   throughput  the throughput table (about 3 min) and the sweep throughput figures (a few minutes)
@@ -18,13 +18,13 @@ set -euo pipefail
 
 step_commands() {
   case "$1" in
-    quick) echo "python -m benchmarks.suite --quick" ;;
-    suite)
-      echo "python -m benchmarks.suite --envs CartPole-v1 Acrobot-v1 --resume"
-      echo "python -m benchmarks.suite --envs Pendulum-v1 MountainCar-v0 MountainCarContinuous-v0 --resume"
-      echo "python -m benchmarks.suite --envs Breakout-MinAtar --algos ppo --resume"
-      echo "python -m benchmarks.suite --envs SpaceInvaders-MinAtar Breakout-MinAtar --algos ppo pqn --budget-fraction 0.2 --resume"
-      echo "python -m benchmarks.suite --envs Breakout-MinAtar SpaceInvaders-MinAtar --algos sarsa a2c impala reinforce grpo --budget-fraction 0.1 --resume"
+    quick) echo "python -m benchmarks.scorecard --quick" ;;
+    scorecard)
+      echo "python -m benchmarks.scorecard --envs CartPole-v1 Acrobot-v1 --resume"
+      echo "python -m benchmarks.scorecard --envs Pendulum-v1 MountainCar-v0 MountainCarContinuous-v0 --resume"
+      echo "python -m benchmarks.scorecard --envs Breakout-MinAtar --algos ppo --resume"
+      echo "python -m benchmarks.scorecard --envs SpaceInvaders-MinAtar Breakout-MinAtar --algos ppo pqn --budget-fraction 0.2 --resume"
+      echo "python -m benchmarks.scorecard --envs Breakout-MinAtar SpaceInvaders-MinAtar --algos sarsa a2c impala reinforce grpo --budget-fraction 0.1 --resume"
       ;;
     families)
       echo "python -m benchmarks.value_family --algos dqn pqn sarsa expected_sarsa"
@@ -41,7 +41,7 @@ step_commands() {
   esac
 }
 
-all_steps=(quick suite families grpo throughput peers)
+all_steps=(quick scorecard families grpo throughput peers)
 if [[ "${1:-}" == --list ]]; then
   for step in "${all_steps[@]}"; do
     echo "$step:"

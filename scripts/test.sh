@@ -3,7 +3,7 @@
 # test extra. Any arguments pass through to pytest; tests/ is the default path when none is given.
 #   scripts/test.sh                                  # every test, the slow learning checks included (what CI runs)
 #   scripts/test.sh -m "not slow"                    # the quick tier
-#   scripts/test.sh tests/test_suite.py -x -k resume # some tests
+#   scripts/test.sh tests/test_scorecard.py -x -k resume  # some tests
 # Uses the active virtual environment, else ./.venv (created, with `pip install -e ".[test]"`, only when absent).
 # Tests run in one pytest-xdist worker per core (`-n auto`; one XLA CPU program keeps one core busy): pass
 # `-n 0` (or any -n) to choose otherwise. (`--dist worksteal` was slower: 3 min 41 s against 2 min 55 s for the

@@ -1,21 +1,42 @@
 """The golden-metrics cases: short fixed-seed CPU runs of every registered algorithm and its main variants.
 
 `python tests/golden_cases.py` records every case's per-iteration metrics and final parameters to
-`tests/golden/<case>.npz`; `tests/test_golden.py` replays the cases and requires bit-identical results, so a
-refactor that changes any number on CPU fails loudly. Re-record only for a deliberate change of behaviour, and
-name it in the commit.
+`tests/golden/<isa>/<case>.npz`; `tests/test_golden.py` replays the cases and requires bit-identical results, so
+a refactor that changes any number on CPU fails loudly. Re-record only for a deliberate change of behaviour, on
+each kind of machine, and name it in the commit.
+
+XLA compiles CPU code for the widest vector ISA the machine has, and AVX-512 code rounds differently from AVX2
+code (capping the ISA with `--xla_cpu_max_isa` does not make the two agree: XLA's runtime kernels still choose
+by CPU), so each x86 vector ISA has its own recordings: `avx512` and `avx2`.
 """
 
 from __future__ import annotations
 
+import argparse
+import platform
 from pathlib import Path
 
 import jax
 import numpy as np
 
-GOLDEN_DIR = Path(__file__).parent / "golden"
 
-# DQN's defaults when its cases were recorded (they changed for stability on long runs: see dqn.Config)
+def vector_isa() -> str:
+    """The widest x86 vector ISA of this CPU ("avx512", "avx2"), else the machine's name ("aarch64", ...)."""
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return platform.machine()
+    return "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else platform.machine()
+
+
+GOLDEN_DIR = Path(__file__).parent / "golden" / vector_isa()
+
+# XLA's default LLVM optimisation level, which the recordings were made at; test processes compile at a lower one
+# (tests/conftest.py) and the cases ask for the default back
+XLA_DEFAULT = {"xla_backend_optimization_level": 3}
+
+# DQN's defaults when its cases were recorded (they changed for stability on long runs: see
+# benchmarks/results/dqn_defaults.md)
 DQN_BEFORE_2026_12 = dict(
     learning_rate=5e-4, target_update_interval=5, double=True, n_step=3, td_loss="huber", layer_norm=True
 )
@@ -234,7 +255,8 @@ def make_config(case: str):
 def run_case(case: str) -> dict[str, np.ndarray]:
     """Every per-iteration metric (`metric/<name>`) and every final parameter leaf (`params/<path>`)."""
     algo, config = make_config(case)
-    state, metrics = jax.jit(algo.make_train(config))(jax.random.key(0))
+    key = jax.random.key(0)
+    state, metrics = jax.jit(algo.make_train(config)).lower(key).compile(compiler_options=XLA_DEFAULT)(key)
     out = {f"metric/{k}": np.asarray(v) for k, v in metrics.items()}
     for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]:
         out[f"params/{jax.tree_util.keystr(path)}"] = np.asarray(leaf)
@@ -242,15 +264,19 @@ def run_case(case: str) -> dict[str, np.ndarray]:
 
 
 def main() -> None:
-    GOLDEN_DIR.mkdir(exist_ok=True)
-    for case in CASES:
+    parser = argparse.ArgumentParser(description="Record the golden cases (all of them unless --case is given).")
+    parser.add_argument("--case", action="append", choices=sorted(CASES), help="a case to record (repeatable)")
+    parser.add_argument("--out", type=Path, default=GOLDEN_DIR, help=f"folder of the .npz files (default {GOLDEN_DIR})")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for case in args.case or CASES:
         out = run_case(case)
-        np.savez_compressed(GOLDEN_DIR / f"{case}.npz", **out)
+        np.savez_compressed(args.out / f"{case}.npz", **out)
         print(
             f"{case}: {sum(k.startswith('metric/') for k in out)} metrics, "
             f"{sum(k.startswith('params/') for k in out)} parameter leaves"
         )
 
 
-if __name__ == "__main__":  # python tests/golden_cases.py
+if __name__ == "__main__":  # python tests/golden_cases.py [--case NAME] [--out DIR]
     main()

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import assert_trees_close, index
 from jaxrl import losses
-from jaxrl.algos import a2c, actor_critic
+from jaxrl.algos import a2c
+from jaxrl.algos.families import actor_critic
 from jaxrl.networks import ActorCritic, MLPTorso
 from jaxrl.types import Trajectory
 

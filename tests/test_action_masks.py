@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from jaxrl import envs
-from jaxrl.algos import actor_critic as ac
-from jaxrl.algos import dqn, impala, ppo, pqn, q_learning
+from jaxrl.algos import base, dqn, impala, ppo, pqn
+from jaxrl.algos.families import q_learning
+from jaxrl.envs.suites.base import AutoResetVecEnv, discrete_spec
 from jaxrl.networks import ActorCritic, QNetwork, epsilon_greedy
 from jaxrl.networks.heads import MASKED
 from jaxrl.rollout import RecurrentAct, no_critic, reset, rollout
-from jaxrl.suites.base import AutoResetVecEnv, discrete_spec
 
 ENV_ID = "test:MaskedChoice-v0"
 NUM_ACTIONS, EPISODE = 4, 10
@@ -165,11 +165,12 @@ def test_ppo_never_picks_a_masked_action():
     actions, and the policy did learn to take action 0 where it is valid."""
     config = ppo.Config(env=ENV_ID, total_timesteps=16 * 64 * 10, normalize_observations=True)
     state, _ = jax.jit(ppo.make_train(config))(jax.random.key(0))
-    traj = jax.jit(lambda s: ac.collect(config, s, jax.random.key(1))[2])(state)
+    setup = ppo.setup(config)
+    traj = jax.jit(lambda s: setup.collect(config, s, jax.random.key(1)).traj)(state)
     assert_valid(traj.obs, traj.actions)
     obs = jnp.asarray(traj.obs).reshape(-1, traj.obs.shape[-1])
     for deterministic in (True, False):
-        act, normalize = ppo.evaluation_policy(config, state, deterministic)
+        act, normalize = ppo.evaluation_policy(setup, config, state, deterministic)
         # `traj.obs` are the normalised observations the policy saw; the normaliser leaves their mask raw
         assert_valid(obs, jax.jit(act)(normalize(obs), jax.random.key(2)))
     zero_valid = np.asarray(traj.obs)[..., -NUM_ACTIONS] > 0.5
@@ -187,8 +188,8 @@ def test_q_learning_never_picks_a_masked_action(algo):
     else:
         config = pqn.Config(env=ENV_ID, num_envs=8, num_steps=16, total_timesteps=4_096, num_minibatches=4)
     state, _ = jax.jit(algo.make_train(config))(jax.random.key(0))
-    env = algo.make_env(config)
-    network = algo.make_network(config, env.spec)
+    setup = algo.setup(config)
+    env, network = setup.env, setup.network
 
     @jax.jit
     def run(epsilon, key):
@@ -201,7 +202,7 @@ def test_q_learning_never_picks_a_masked_action(algo):
         assert_valid(traj.obs, traj.actions)
     obs = jnp.asarray(traj.obs).reshape(-1, traj.obs.shape[-1])
     for deterministic in (True, False):
-        act, _ = algo.evaluation_policy(config, state, deterministic)
+        act, _ = algo.evaluation_policy(setup, config, state, deterministic)
         assert_valid(obs, jax.jit(act)(obs, jax.random.key(5)))
 
 
@@ -253,10 +254,10 @@ def test_recurrent_and_q_critic_policies_respect_the_mask(algo, overrides):
     their evaluation policies, sampled (and greedy) from fresh parameters, pick only valid actions on 512
     MaskedChoice observations."""
     config = algo.Config(env=ENV_ID, **overrides)
-    state = algo.init(config, jax.random.key(0))
+    state = base.initial_state(config, jax.random.key(0), algo=algo)
     obs = jax.vmap(lambda k: choice_observation(k)[0])(jax.random.split(jax.random.key(1), 512))
     for deterministic in (True, False):
-        act, _ = algo.evaluation_policy(config, state, deterministic)
+        act, _ = base.evaluation_policy(config, state, deterministic, algo=algo)
         if isinstance(act, RecurrentAct):
             _, actions = jax.jit(act.step)(act.initial(512), obs, jnp.ones(512, bool), jax.random.key(2))
         else:

@@ -181,3 +181,76 @@ def test_jaxrl_worker_curve_as_subprocess():
     assert result["ok"], result.get("traceback")
     assert result["curve"]["eval_steps"] == [32, 64]
     assert len(result["curve"]["final_return_per_seed"]) == 2
+
+
+def test_program_memory_and_op_count_of_a_compiled_program():
+    from benchmarks.common import program_memory
+    from benchmarks.limits import ops
+
+    small = jax.jit(lambda x: x + 1).lower(jnp.ones((1000,))).compile()
+    large = jax.jit(lambda x: jnp.sort(x) @ x + jnp.cumsum(x).max()).lower(jnp.ones((1000,))).compile()
+    memory = program_memory(small)
+    assert memory["argument"] == memory["output"] == 4000
+    assert 1 <= ops(small) < ops(large)
+
+
+def test_purejaxrl_side_by_side_pairs_each_jaxrl_run_with_that_rounds_peer_run():
+    from benchmarks import purejaxrl
+
+    assert purejaxrl.order(0) == ("jaxrl", "purejaxrl") and purejaxrl.order(1) == ("purejaxrl", "jaxrl")
+
+    def run(label, library, round_index, steps_per_s, compile_s=1.0):
+        case = label.split(" ")[0]
+        return dict(
+            ok=True,
+            label=label,
+            case=case,
+            library=library,
+            round=round_index,
+            steps_per_s=steps_per_s,
+            compile_s=compile_s,
+            final_return=500.0,
+        )
+
+    results = [
+        run("ppo", "jaxrl", 0, 200.0),
+        run("ppo on 2 devices", "jaxrl", 0, 300.0),
+        run("ppo", "purejaxrl", 0, 100.0),
+        run("ppo", "purejaxrl", 1, 200.0, 2.0),
+        run("ppo", "jaxrl", 1, 300.0),
+        run("ppo on 2 devices", "jaxrl", 1, 400.0),
+        {"ok": False, "label": "dqn", "case": "dqn", "library": "purejaxrl", "round": 0, "error": "x"},
+        run("dqn", "jaxrl", 0, 50.0),
+    ]
+    table = {row["case"]: row for row in purejaxrl.ratio_rows(results)}
+    assert set(table) == {"ppo", "ppo on 2 devices"}  # dqn has no peer run to pair with
+    assert table["ppo"]["throughput_ratio"] == [2.0, 1.5] and table["ppo"]["throughput_ratio_median"] == 1.75
+    assert table["ppo on 2 devices"]["throughput_ratio"] == [3.0, 2.0]
+    assert table["ppo"]["compile_ratio_median"] == 0.75
+
+
+def test_jaxrl_takes_purejaxrl_dqn_config_in_its_own_units():
+    from benchmarks.peer_workers import jaxrl_at_purejaxrl_worker, purejaxrl_cases
+
+    algo, case, seeds, devices = purejaxrl_cases.case("dqn")
+    config = jaxrl_at_purejaxrl_worker.jaxrl_config(algo, case)
+    assert config.env_steps_per_iteration == 10 and config.target_update_interval == 50  # 500 env steps
+    assert config.epsilon_decay_fraction == 0.5 and config.hidden_sizes == (120, 84)
+    algo, case, seeds, _ = purejaxrl_cases.case("ppo_8_seeds")
+    config = jaxrl_at_purejaxrl_worker.jaxrl_config(algo, case)
+    assert seeds == 8 and config.num_envs * config.num_steps == 512 and config.anneal_lr
+
+
+def test_pbt_vs_search_traces_the_best_members_schedule_through_its_parents():
+    """Member 2 copies member 0 at step 0, member 1 copies member 2 at step 1: member 1's schedule is member 0's
+    block, then member 2's (perturbed), then its own (perturbed again)."""
+    from benchmarks.pbt_vs_search import ancestry
+    from jaxrl import pbt
+
+    during = {"learning_rate": np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 10.0]])}
+    after = {"learning_rate": np.array([[1.0, 2.0, 10.0], [1.0, 20.0, 10.0]])}
+    parent = np.array([[0, 1, 0], [0, 2, 2]])
+    exploited = parent != np.arange(3)
+    lineage = pbt.Lineage(np.array([2, 4]), np.zeros((2, 3)), np.zeros((2, 3), int), exploited, parent, during, after)
+    np.testing.assert_array_equal(ancestry(lineage, 1)["learning_rate"], [1.0, 10.0, 20.0])
+    np.testing.assert_array_equal(ancestry(lineage, 0)["learning_rate"], [1.0, 1.0, 1.0])

@@ -1,8 +1,8 @@
 """`jaxrl sweep` (grid and random points from flags, results table, summary) and `jaxrl plot` on a sweep."""
 
-import argparse
 import csv
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +10,7 @@ import pytest
 from jaxrl import cli
 from jaxrl.algos import ppo
 from jaxrl.plot import read_sweep
+from jaxrl.sweep import space
 
 TINY = (
     "--num-envs 4 --num-steps 16 --total-timesteps 320 --update-epochs 1 --num-minibatches 2 --hidden-sizes 16,16"
@@ -19,7 +20,7 @@ TINY = (
 
 def sweep_args(text):
     args = cli.build_parser().parse_args(["sweep", "ppo", *text.split()])
-    return cli.sweep_from_args(ppo, cli.config_from_args(ppo.Config, args), args)
+    return space.from_flags(cli.config_from_args(ppo.Config, args), args.grid, args.random, args.dist, args.random_seed)
 
 
 def test_grid_and_random_flags():
@@ -58,7 +59,7 @@ def test_bad_sweep_flags_are_clear_errors(flags, message, tmp_path, capsys):
 
 @pytest.mark.parametrize("command", ["train", "sweep"])
 def test_multi_process_flags_need_the_coordinator_and_the_process_id(command, tmp_path, capsys):
-    """The same check for both commands (`cli.start_processes`), before JAX joins any process."""
+    """The same check for both commands (`sweep.devices.start_processes`), before JAX joins any process."""
     out_flag, what = ("--run-dir", "training") if command == "train" else ("--out", "sweep")
     for flags in ("--coordinator 127.0.0.1:1", "--num-processes 2 --process-id 0"):
         assert cli.main([command, "ppo", *flags.split(), out_flag, str(tmp_path / "out")]) == 2
@@ -98,11 +99,11 @@ def test_plot_needs_something_to_plot(capsys):
 
 
 def test_field_values_follow_the_field_type():
-    assert cli._field_value(ppo.Config, "num_envs", "1e3") == 1000
-    assert cli._field_value(ppo.Config, "anneal_lr", "false") is False
-    assert cli._field_value(ppo.Config, "learning_rate", "3e-4") == 3e-4
-    with pytest.raises((ValueError, argparse.ArgumentTypeError)):
-        cli._field_value(ppo.Config, "num_envs", "2.5")
+    assert space.field_value(ppo.Config, "num_envs", "1e3") == 1000
+    assert space.field_value(ppo.Config, "anneal_lr", "false") is False
+    assert space.field_value(ppo.Config, "learning_rate", "3e-4") == 3e-4
+    with pytest.raises(ValueError, match="not an integer"):
+        space.field_value(ppo.Config, "num_envs", "2.5")
 
 
 def test_preset_flag_starts_from_the_package_preset_and_flags_override():
@@ -117,3 +118,124 @@ def test_preset_flag_starts_from_the_package_preset_and_flags_override():
     assert config.num_minibatches == presets.PRESETS["ppo", "Pendulum-v1"]["num_minibatches"]
     plain = cli.config_from_args(ppo.Config, cli.build_parser().parse_args(["train", "ppo", "--env", "Pendulum-v1"]))
     assert plain == ppo.Config(env="Pendulum-v1")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["eval", "runs/x"], ["train", "ppo", "--num-envs", "8"], ["sweep", "dqn", "--grid", "gamma=0.9,0.99"]],
+)
+def test_parsing_imports_no_jax(argv):
+    """`import jaxrl.cli` and a parse of any command line, train's and sweep's algorithm flags included, start
+    neither JAX nor an algorithm: the flags come from `jaxrl.catalog`; the commands import JAX when they run."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, jaxrl.cli\n"
+        f"jaxrl.cli.build_parser({argv[0]!r}).parse_args({argv!r})\n"
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'flax', 'jaxrl.algos'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_catalog_matches_the_algorithms():
+    """The command line's description of every algorithm (its doc line; each Config field's kind, default and
+    help) is what the algorithms say; `python -m jaxrl.catalog` regenerates it after a Config changes."""
+    from jaxrl import catalog
+
+    assert catalog.CATALOG == catalog.build()
+    assert [f[:3] for f in catalog.CATALOG["ppo"]["fields"][:2]] == [
+        ("env", "str", "CartPole-v1"), ("total_timesteps", "int", "200000")
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_help_shows_each_default_once(command, capsys):
+    """A flag's help names its default once: either its own text says it or "(default: X)" is appended, never
+    both, and nothing shows "(default: None)"."""
+    import re
+
+    with pytest.raises(SystemExit):
+        cli.build_parser(command).parse_args([command, "ppo", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    entries = re.split(r" (?=--?[a-z][a-z-]* [A-Z,|]*)", text)
+    assert len(entries) > 40
+    for entry in entries:
+        assert entry.count("default") <= 1, entry
+    assert "(default: None)" not in text
+    assert "(default: 20)" in text if command == "train" else "(default: 4)" in text
+
+
+def test_a_terminal_hears_what_is_happening_before_the_progress_bar(tmp_path):
+    """On a terminal, train says it is compiling (and in how many seconds it did) before the bar; piped, stderr
+    holds no status lines (logs stay clean)."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "jaxrl.cli", "train", "ppo", *TINY.split()]
+    primary, replica = os.openpty()
+    try:
+        done = subprocess.run([*command, "--run-dir", str(tmp_path / "tty")], stdout=subprocess.PIPE,
+                              stderr=replica, timeout=900)  # fmt: skip
+        os.close(replica)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the terminal's other end is closed: everything has been read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(primary)
+    shown = b"".join(chunks).decode(errors="replace")
+    assert done.returncode == 0
+    assert "ppo CartPole-v1: compiling the training program" in shown and "compiled in" in shown
+    assert shown.index("compiling") < shown.index("compiled in")
+    piped = subprocess.run([*command, "--run-dir", str(tmp_path / "pipe")], capture_output=True, text=True, timeout=900)
+    assert piped.returncode == 0 and "compiling" not in piped.stderr
+
+
+def test_sweep_out_that_is_a_file_is_refused_before_training(tmp_path, capsys):
+    taken = tmp_path / "results"
+    taken.write_text("not a folder")
+    code = cli.main(["sweep", "ppo", *TINY.split(), "--grid", "learning_rate=1e-3,3e-3", "--out", str(taken)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and str(taken) in err
+    assert taken.read_text() == "not a folder"
+
+
+def test_a_terminal_hears_what_train_is_doing_before_jax_starts(monkeypatch, capsys):
+    """On a terminal the first line comes before JAX is imported (`commands.status`); with --no-progress or
+    when stderr is not a terminal (logs, pipes) nothing is printed."""
+    import argparse
+
+    from jaxrl import commands
+
+    args = argparse.Namespace(command="train", algo="ppo", no_progress=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    commands.status(args, "starting JAX and ppo")
+    assert capsys.readouterr().err == "jaxrl train ppo: starting JAX and ppo\n"
+    commands.status(argparse.Namespace(**{**vars(args), "no_progress": True}), "x")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    commands.status(args, "x")
+    assert capsys.readouterr().err == ""
+
+
+def test_an_error_before_any_run_imports_no_jax():
+    """A bad flag value or a mistyped algorithm is one line from the parser, and `user_errors` (exit 2 or 1)
+    loads nothing: the command line answers without starting JAX."""
+    import subprocess
+
+    code = (
+        "import sys, jaxrl.cli\n"
+        "try:\n    jaxrl.cli.main(['train', 'PPO'])\nexcept SystemExit as e:\n    print(e.code)\n"
+        "print(jaxrl.cli.user_errors()[:5] == (ValueError, TypeError, OSError, OverflowError, ImportError))\n"
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'jaxrl.algos'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["2", "True", "[]"], done.stdout + done.stderr
+    assert "invalid choice: 'PPO'" in done.stderr and len(done.stderr.strip().splitlines()) == 1

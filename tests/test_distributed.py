@@ -41,10 +41,11 @@ def free_port() -> int:
 API_SCRIPT = textwrap.dedent(
     """
     import sys
-    from jaxrl import cli, sweep
+    from jaxrl import sweep
+    from jaxrl.run import compile
     process, port, cache, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     sweep.initialize_distributed(f"127.0.0.1:{{port}}", 2, process)
-    cli.enable_compilation_cache(cache)
+    compile.enable_compilation_cache(cache)
     import jax, numpy as np
     from jaxrl.algos import ppo
     config = ppo.Config(**{config})
@@ -239,9 +240,9 @@ def metric_rows(run_dir) -> list[dict]:
 
 def final_state(run_dir):
     """The latest checkpoint's state of a run folder, on this process's one device."""
-    from jaxrl.cli import load_run_config, read_run_folder
     from jaxrl.run import checkpoint
     from jaxrl.run.compile import abstract_state
+    from jaxrl.run.folder import load_run_config, read_run_folder
 
     module, config, seeds, seed = load_run_config(run_dir)
     keys = jax.random.split(jax.random.key(seed), seeds)

@@ -151,9 +151,10 @@ def test_the_behaviour_reference_is_the_stored_log_probs():
     """With reference="behaviour" the stored log-probs are the collecting policy's: before any step h = 0 on every
     pair, the loss is log 2 and the reward accuracy 0."""
     config = dataclasses.replace(TINY, reference="behaviour", horizon=30)
-    state = dpo.init(config, jax.random.key(3))
-    network = dpo.make_network(config, dpo.make_env(config).spec)
-    batch, _, metrics = dpo.collect(config, state, network, jax.random.key(4))
+    setup = dpo.setup(config)
+    network = setup.network
+    state = dpo.init(setup, config, jax.random.key(3))
+    batch, _, metrics = dpo.collect(setup, config, state, jax.random.key(4))
     assert float(metrics["pair_fraction"]) > 0
     loss, stats = dpo.loss_fn(state.params, network, config, batch)
     np.testing.assert_allclose(loss, np.log(2.0), rtol=1e-5)
@@ -213,17 +214,19 @@ def test_vmap_over_seeds_equals_separate_runs(config):
 @pytest.mark.slow
 def test_moving_reference_is_refreshed_every_interval():
     config = dataclasses.replace(TINY, ref_update_interval=3, total_timesteps=TINY.env_steps_per_iteration * 3)
-    state = dpo.init(config, jax.random.key(0))
+    setup = dpo.setup(config)
+    state = dpo.init(setup, config, jax.random.key(0))
     initial = state.ref_params
     for _ in range(2):
-        state, _ = dpo.update(config, state)
+        state, _ = dpo.update(setup, config, state)
         assert_trees_close(state.ref_params, initial, rtol=0, atol=0)
-    state, _ = dpo.update(config, state)
+    state, _ = dpo.update(setup, config, state)
     assert_trees_close(state.ref_params, state.params, rtol=0, atol=0)
     fixed = dataclasses.replace(config, reference="initial")
-    state = dpo.init(fixed, jax.random.key(0))
+    setup = dpo.setup(fixed)
+    state = dpo.init(setup, fixed, jax.random.key(0))
     for _ in range(3):
-        state, _ = dpo.update(fixed, state)
+        state, _ = dpo.update(setup, fixed, state)
     assert_trees_close(state.ref_params, initial, rtol=0, atol=0)
 
 

@@ -13,7 +13,7 @@ import td_reference
 from flashbax.buffers import sum_tree
 
 from conftest import assert_trees_close, index
-from jaxrl import losses, replay
+from jaxrl import losses, replay, scores
 from jaxrl.algos import dqn
 
 # 8 iterations of 4 envs x 4 steps; learning starts in iteration 2; the target moves after iterations 3 and 6
@@ -46,10 +46,11 @@ RUNS = {
 @jax.jit
 def trace(config, key):
     """`train` that also returns the initial state and the online and target parameters after each iteration."""
-    state = dqn.init(config, key)
+    setup = dqn.setup(config)
+    state = dqn.init(setup, config, key)
 
     def step(s, _):
-        s, metrics = dqn.update(config, s)
+        s, metrics = dqn.update(setup, config, s)
         return s, (s.params, s.target_params, metrics)
 
     final, (params, targets, metrics) = jax.lax.scan(step, state, None, length=config.num_iterations)
@@ -168,7 +169,7 @@ def test_target_network_moves_only_at_its_interval(traces, name, tau):
 def one_step_errors(config, batch):
     """(DQN's TD errors, the matching jaxrl loss, rlax, DQN's loss, 0.5 td^2) on 1-step windows, for fresh online
     and target networks of `config`."""
-    network = dqn.make_network(config, dqn.make_env(config).spec)
+    network = dqn.setup(config).network
     params = network.init(jax.random.key(0), batch["obs"][0])
     target = network.init(jax.random.key(1), batch["obs"][0])
     obs, actions, rewards, terminated = (batch[k][0] for k in ("obs", "actions", "rewards", "terminated"))
@@ -203,7 +204,7 @@ def test_n_step_td_errors_match_a_numpy_reference():
     """3-step windows with terminal and truncated steps inside: the return stops at the first episode end and
     bootstraps from the target net's greedy value there (0 after termination)."""
     config = dataclasses.replace(TINY, n_step=3, double=False)
-    network = dqn.make_network(config, dqn.make_env(config).spec)
+    network = dqn.setup(config).network
     rng = np.random.default_rng(0)
     n, b = 3, 6
     batch = {
@@ -244,13 +245,14 @@ def test_n_step_td_errors_match_a_numpy_reference():
 
 @pytest.mark.slow
 def test_dqn_learns_cartpole():
-    """Defaults (5e4 env steps): mean return of the episodes in the last 10% of iterations >= 400 on >= 2 of 3
-    seeds (4 seeds measured 441, 484, 352, 500 in benchmarks/stability.py's run at 1x)."""
+    """Defaults (5e4 env steps), 8 seeds: the interquartile mean of the seeds' final returns (the episodes of the
+    last 10% of iterations) is >= 400 of CartPole's 500. A seed now and then stays low (about 1 in 8), so the
+    check is on the IQM, which drops the 2 lowest and 2 highest seeds, not on every seed."""
     config = dqn.Config()
-    _, metrics = jax.jit(jax.vmap(dqn.make_train(config)))(jax.random.split(jax.random.key(0), 3))
+    _, metrics = jax.jit(jax.vmap(dqn.make_train(config)))(jax.random.split(jax.random.key(0), 8))
     returns = np.asarray(metrics["episode_return"])
     final = np.nanmean(returns[:, -returns.shape[1] // 10 :], axis=1)
-    assert (final >= 400).sum() >= 2, final
+    assert scores.iqm(final[:, None]) >= 400, final
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -316,7 +318,7 @@ def test_prioritized_gradient_step_weights_the_loss_and_sets_priorities(prioriti
     windows' stored priorities become (|td| + eps)^alpha."""
     config = dataclasses.replace(PRIORITIZED, priority_alpha=0.7, priority_eps=0.01)
     _, state, _, _, _ = prioritized_traces["prioritized"]
-    network = dqn.make_network(config, dqn.make_env(config).spec)
+    network = dqn.setup(config).network
     optimizer = dqn.make_optimizer(config)
     key, beta = jax.random.key(5), 0.5
 

@@ -337,7 +337,7 @@ def test_clip_action_clips_to_spec_bounds_per_dimension():
 def test_clip_action_wrapping_choices():
     assert not isinstance(envs.make("Pendulum-v1", clip_actions=False).inner, envs.ClipAction)
     assert isinstance(envs.make("Pendulum-v1").inner, envs.ClipAction)
-    assert isinstance(envs.make("CartPole-v1").inner, envs.VecEnv)  # discrete: never clipped
+    assert isinstance(envs.make("CartPole-v1").inner, envs.GymnaxVecEnv)  # discrete: never clipped
     wrapped = envs.make("Pendulum-v1", normalize_observations=True)
     assert isinstance(wrapped, envs.EpisodeStatistics)
     assert isinstance(wrapped.inner, envs.NormalizeObservation)

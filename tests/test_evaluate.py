@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxrl import cli, envs
-from jaxrl.algos import ALGORITHMS
+from jaxrl.algos import ALGORITHMS, base
 from jaxrl.run.evaluate import evaluate
 
 
@@ -56,10 +56,10 @@ def test_every_algorithm_has_an_evaluation_policy(name):
     small = {k: v for k, v in {"num_envs": 4, "num_steps": 8}.items() if k in fields}
     config = module.Config(**small)
     spec = envs.make(config.env).spec
-    state = jax.jit(lambda key: module.init(config, key))(jax.random.key(0))
+    state = jax.jit(lambda key: base.initial_state(config, key, algo=module))(jax.random.key(0))
     obs = jnp.zeros((5, *spec.observation_shape), jnp.float32)
     for deterministic in (True, False):
-        act, normalize = module.evaluation_policy(config, state, deterministic)
+        act, normalize = base.evaluation_policy(config, state, deterministic, algo=module)
         actions = np.asarray(act(normalize(obs), jax.random.key(1)))
         if spec.discrete:
             assert actions.shape == (5,) and np.all((actions >= 0) & (actions < spec.action_dim))

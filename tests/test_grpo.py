@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_trees_close, index
-from jaxrl import envs, rollout
+from jaxrl import rollout
 from jaxrl.algos import grpo
 
 TINY = grpo.Config(
@@ -26,10 +26,9 @@ TINY = grpo.Config(
 
 @pytest.fixture(scope="module")
 def policy():
-    env = envs.make("CartPole-v1", 1)
-    network = grpo.make_network(TINY, env.spec)
-    params = grpo.init(TINY, jax.random.key(1)).params
-    return env, network, params
+    setup = grpo.setup(TINY)
+    params = grpo.init(setup, TINY, jax.random.key(1)).params
+    return setup.env, setup.network, params
 
 
 @pytest.mark.parametrize(
@@ -137,8 +136,9 @@ def grads(config, params, network, batch, proximal):
 @pytest.mark.slow
 def test_off_policy_gradient_equals_on_policy_when_behaviour_is_the_target(policy):
     env, network, params = policy
-    state = grpo.init(TINY, jax.random.key(1))
-    batch, _, _ = grpo.collect(TINY, state, network, jax.random.key(9))
+    setup = grpo.setup(TINY)
+    state = grpo.init(setup, TINY, jax.random.key(1))
+    batch, _, _ = grpo.collect(setup, TINY, state, jax.random.key(9))
     on_policy = grads(TINY, params, network, batch, batch["log_probs"])
     # The off-policy path anchors at pi_prox computed afresh from the parameters that collected the data.
     prox = grpo.policy_of(network, params)(batch["obs"]).log_prob(batch["actions"])
@@ -162,15 +162,17 @@ def test_replay_trains_on_past_groups_with_truncated_weights():
 @pytest.mark.slow
 def test_kl_reference_initial_stays_and_moving_moves_at_its_interval():
     initial = dataclasses.replace(TINY, kl_reference="initial", total_timesteps=2 * 4 * 16 * 4)
-    start = grpo.init(initial, jax.random.key(0))
-    update = jax.jit(functools.partial(grpo.update, initial))
+    setup = grpo.setup(initial)
+    start = grpo.init(setup, initial, jax.random.key(0))
+    update = jax.jit(functools.partial(grpo.update, setup, initial))
     state, metrics = update(start)
     assert_trees_close(state.ref_params, start.params)
     assert np.isfinite(metrics["kl_ref"]) and metrics["kl_ref"] >= 0.0
 
     moving = dataclasses.replace(initial, kl_reference="moving", ref_update_interval=2, ref_tau=1.0)
-    update = jax.jit(functools.partial(grpo.update, moving))
-    state = grpo.init(moving, jax.random.key(0))
+    setup = grpo.setup(moving)
+    update = jax.jit(functools.partial(grpo.update, setup, moving))
+    state = grpo.init(setup, moving, jax.random.key(0))
     one = update(state)[0]
     assert_trees_close(one.ref_params, state.params)  # unchanged after iteration 1
     two = update(one)[0]

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from jaxrl import envs
-from jaxrl.algos import actor_critic as ac
 from jaxrl.algos import ppo
 
 
@@ -77,12 +76,12 @@ def test_is_pure_and_shared_across_the_batch():
 
 def test_on_policy_config_switch_wraps_the_learners_env():
     config = ppo.Config(env="Pendulum-v1", normalize_rewards=True, gamma=0.95)
-    env = ac.make_env(config)
+    env = ppo.setup(config).env
     assert isinstance(env, envs.NormalizeReward) and env.gamma == 0.95
     assert isinstance(env.inner, envs.EpisodeStatistics)
-    assert not isinstance(ac.make_env(dataclasses.replace(config, normalize_rewards=False)), envs.NormalizeReward)
+    assert not isinstance(ppo.setup(dataclasses.replace(config, normalize_rewards=False)).env, envs.NormalizeReward)
     # observation normalisation is still found beneath it (evaluation reads it)
-    both = ac.make_env(dataclasses.replace(config, normalize_observations=True))
+    both = ppo.setup(dataclasses.replace(config, normalize_observations=True)).env
     _, state = both.reset(jax.random.key(0))
     assert envs.observation_normalizer(state)(jnp.zeros(3)).shape == (3,)
     assert "stats" not in {f.name for f in dataclasses.fields(state)}, "reward stats must not shadow obs stats"

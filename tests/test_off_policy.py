@@ -1,4 +1,4 @@
-"""DDPG, TD3 and SAC (the family module `jaxrl.algos.off_policy` and its networks): config validation, metrics,
+"""DDPG, TD3 and SAC (the family module `jaxrl.algos.families.off_policy` and its networks): config validation, metrics,
 determinism, vmap over seeds and hyperparameters, Polyak targets, TD3's policy delay, SAC's temperature, the
 squashed-Gaussian log-probability, action scaling, and learning Pendulum (slow)."""
 
@@ -70,7 +70,7 @@ def gradient_steps(name, config, state, key, count):
     """`count` (static) gradient steps of `name` on batches sampled from `state.buffer`; returns the learner states
     [initial, after step 1, ..., after step count] stacked, and the stats of each step."""
     module = ALGOS[name]
-    networks = module.make_networks(config)
+    networks = module.setup(config).networks
     buffer = state.buffer
 
     def step(learner, key):
@@ -280,19 +280,20 @@ def test_actions_are_scaled_to_the_env_bounds():
     obs = jax.random.normal(jax.random.key(1), (256, 3)) * 5.0
     for module in (td3, sac):
         config = module.Config(**TINY)
-        actor = module.make_networks(config).actor
+        setup = module.setup(config)
+        actor = setup.networks.actor
         params = actor.init(jax.random.key(0), obs)
         # a large-weight actor saturates its tanh: the actions reach the bounds, not +-1
         params = jax.tree.map(lambda x: x * 50.0, params)
         state = types.SimpleNamespace(params={"actor": params}, env=types.SimpleNamespace(state=None))
         for deterministic in (True, False):
-            act, _ = module.evaluation_policy(config, state, deterministic)
+            act, _ = module.evaluation_policy(setup, config, state, deterministic)
             actions = np.asarray(jax.jit(act)(obs, jax.random.key(2)))
             assert actions.shape == (256, 1) and np.all(np.abs(actions) <= 2.0)
             assert np.abs(actions).max() > 1.9, (module.__name__, deterministic)
         if module is td3:
             u = actor.apply(params, obs)
-            act, _ = module.evaluation_policy(config, state, True)
+            act, _ = module.evaluation_policy(setup, config, state, True)
             np.testing.assert_allclose(jax.jit(act)(obs, jax.random.key(2)), 2.0 * u, rtol=1e-6, atol=1e-6)
 
 

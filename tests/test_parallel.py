@@ -54,6 +54,44 @@ def test_local_config_divides_the_batch_and_keeps_the_iterations():
     assert parallel.local_config(config, 1) is config
 
 
+def test_auto_devices_takes_every_device_only_where_the_batch_pays_for_it():
+    """`devices="auto"` (jaxrl train's default) on 2 CPU devices: both once seeds x num_envs gives each device
+    MIN_ENVS_PER_CPU_DEVICE environments and the count divides the batch; else 1. On one device: 1."""
+    assert base.auto_devices(ppo.Config(num_envs=4096)) == len(jax.devices()) == 1
+    out = run_on_two_devices(
+        """
+        from jaxrl.algos import base, dqn, grpo, ppo
+        least = 2 * base.MIN_ENVS_PER_CPU_DEVICE
+        cases = [
+            base.auto_devices(ppo.Config(num_envs=least)),
+            base.auto_devices(ppo.Config(num_envs=least // 2)),
+            base.auto_devices(ppo.Config(num_envs=least // 8), seeds=8),
+            base.auto_devices(ppo.Config(num_envs=least + 1, num_minibatches=1)),
+            base.auto_devices(dqn.Config(num_envs=least, buffer_size=least * 100, replay_batch_size=128)),
+        ]
+        print(cases)
+        """
+    )
+    assert out.strip().splitlines()[-1] == "[2, 1, 2, 1, 2]", out
+
+
+def test_commands_make_one_cpu_device_per_core_unless_the_count_is_chosen(monkeypatch):
+    from jaxrl.sweep import devices
+
+    monkeypatch.setattr(devices, "backend_initialized", lambda: False)
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    assert devices.default_cpu_cores() == 3
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+    assert devices.default_cpu_cores() is None  # the user's count stands
+    monkeypatch.setattr(devices, "backend_initialized", lambda: True)
+    monkeypatch.setenv("XLA_FLAGS", "")
+    assert devices.default_cpu_cores() is None  # too late to choose
+    monkeypatch.setattr(devices, "backend_initialized", lambda: False)
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert devices.default_cpu_cores() is None  # one core: nothing to split
+
+
 def test_errors_name_the_field_and_the_fix():
     with pytest.raises(ValueError, match=r"Config.num_envs: 6 is not divisible by the 4 devices.*e\.g\. 8"):
         parallel.local_config(ppo.Config(num_envs=6), 4)
@@ -73,7 +111,8 @@ class NotParallel(ppo.Config):
 
 base.register(
     not_parallel=types.SimpleNamespace(
-        Config=NotParallel, **{name: getattr(ppo, name) for name in ("validate", "init", "update", "evaluation_policy")}
+        Config=NotParallel,
+        **{name: getattr(ppo, name) for name in ("validate", "setup", "init", "update", "evaluation_policy")},
     )
 )
 
@@ -120,8 +159,8 @@ def test_averaged_gradient_step_equals_the_whole_batch():
     """PPO's loss with advantages normalised over the global minibatch: the optimiser update of 2 devices
     (each the gradient of its half, averaged by `average_gradients`) equals the update of the whole batch."""
     config = ppo.Config(hidden_sizes=(16, 16))
-    env = envs.make(config.env, 1)
-    network = ppo.make_network(config, env.spec)
+    setup = ppo.setup(config)
+    network = setup.network
     k = jax.random.split(jax.random.key(0), 6)
     n = 64
     batch = {
@@ -135,7 +174,7 @@ def test_averaged_gradient_step_equals_the_whole_batch():
     params = network.init(jax.random.key(1), batch["obs"][:1])
 
     def step(minibatch):
-        grads, _ = jax.grad(ppo.loss_fn, has_aux=True)(params, network, config, minibatch)
+        grads, _ = jax.grad(ppo.loss_fn, has_aux=True)(params, setup, config, minibatch)
         tx = optim.clipped_optimizer("adam", 1e-3, 0.5)
         return tx.update(grads, tx.init(params), params)[0]
 
@@ -170,7 +209,7 @@ def test_trpo_policy_step_on_two_devices_equals_the_whole_batch():
     products, the line search's KL and surrogate as device means) equals the step on the whole batch: the
     same conjugate-gradient solve, the same accepted step. One device's half alone gives another step."""
     config = trpo.Config(hidden_sizes=(16, 16))
-    network = trpo.make_network(config, envs.make(config.env, 1).spec)
+    network = trpo.setup(config).network
     params = network.init(jax.random.key(1), jnp.zeros((1, 4)))
     batch = policy_batch(network, params, 64, jax.random.key(0))
 
@@ -192,7 +231,7 @@ def test_vmpo_gradient_on_two_devices_equals_the_whole_batch():
     the network and of the duals) and the averaged stats equal those of the whole minibatch. The per-device top
     halves are not the global one's halves (the second half's advantages are larger)."""
     config = vmpo.Config(hidden_sizes=(16, 16))
-    network = vmpo.make_network(config, envs.make(config.env, 1).spec)
+    network = vmpo.setup(config).network
     params = {**network.init(jax.random.key(1), jnp.zeros((1, 4))), "duals": vmpo.init_duals(config, True)}
     old = network.init(jax.random.key(2), jnp.zeros((1, 4)))
     batch = policy_batch(network, params, 64, jax.random.key(0))
@@ -207,7 +246,7 @@ def test_vmpo_gradient_on_two_devices_equals_the_whole_batch():
     whole, two = jax.jit(lambda b: (grads(b), parallel.emulate(averaged, 2, in_axes=0, out_axes=0)(halves(b))))(batch)
     for device in range(2):
         assert_trees_close(jax.tree.map(lambda x, d=device: x[d], two), whole, rtol=1e-5, atol=1e-6)
-    normalized = vmpo.ac.normalize(batch["advantages"], batch["mask"])
+    normalized = parallel.normalize(batch["advantages"], batch["mask"])
     global_top = vmpo.losses.vmpo_top_half(normalized)
     local_top = jnp.concatenate([vmpo.losses.vmpo_top_half(h) for h in halves(normalized)])
     assert int(global_top[32:].sum()) > 16 and not np.array_equal(global_top, local_top)
@@ -217,7 +256,7 @@ def test_observation_statistics_are_global():
     obs = jax.random.normal(jax.random.key(0), (16, 3)) * jnp.array([1.0, 5.0, 0.1]) + 2.0
     stats = envs.RunningMeanStd.create((3,))
     whole = stats.update(obs)
-    two = jax.jit(parallel.emulate(stats.update, 2, in_axes=0, out_axes=0))(halves(obs))
+    two = jax.jit(parallel.emulate(lambda o: stats.update(o, parallel.AXIS), 2, in_axes=0, out_axes=0))(halves(obs))
     assert_trees_close(jax.tree.map(lambda x: x[0], two), whole, rtol=1e-5, atol=1e-6)
     normalized = parallel.emulate(parallel.normalize, 2, in_axes=0, out_axes=0)(halves(obs[:, 1]))
     np.testing.assert_allclose(normalized.reshape(-1), parallel.normalize(obs[:, 1]), rtol=1e-5, atol=1e-6)
@@ -272,9 +311,8 @@ RUNNER = """
 import shutil, sys, numpy as np, jax
 from jaxrl.algos import ppo
 from jaxrl.run import checkpoint, compile, logging, loop
-from jaxrl import cli
 root = "{root}"
-cli.enable_compilation_cache(root + "/xla")  # the runs share their compiled chunks
+compile.enable_compilation_cache(root + "/xla")  # the runs share their compiled chunks
 config = ppo.Config(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 6, update_epochs=2, num_minibatches=2,
                     hidden_sizes=(16, 16))
 kw = dict(seeds=2, num_chunks=6, progress=False, eval_every=3, eval_episodes=4)

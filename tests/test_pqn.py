@@ -9,7 +9,8 @@ import pytest
 
 from conftest import assert_trees_close, index
 from jaxrl import envs, rollout
-from jaxrl.algos import pqn, q_learning
+from jaxrl.algos import pqn
+from jaxrl.algos.families import q_learning
 
 TINY = pqn.Config(
     num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, update_epochs=2, num_minibatches=2, hidden_sizes=(16, 16)
@@ -81,7 +82,7 @@ def test_q_lambda_targets_match_a_numpy_reference():
     successor (0 after termination), and the targets follow Peng's Q(lambda) recursion, cut at episode ends."""
     config = dataclasses.replace(TINY, num_steps=48, gamma=0.9, q_lambda=0.7, reward_scale=0.5)
     env = envs.make(config.env, config.num_envs, max_steps_in_episode=12)
-    network = pqn.make_network(config, env.spec)
+    network = pqn.setup(config).network
 
     @jax.jit
     def run(key):

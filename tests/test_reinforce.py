@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import assert_trees_close, index
-from jaxrl.algos import actor_critic, reinforce
+from jaxrl.algos import reinforce
+from jaxrl.algos.families import actor_critic
 from jaxrl.networks import ActorCritic, MLPTorso
 from jaxrl.types import Trajectory
 

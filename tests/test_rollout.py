@@ -19,7 +19,7 @@ class Setup:
     def __init__(self, env_id, num_steps, num_envs=N, **env_kwargs):
         config = ppo.Config(env=env_id, num_envs=num_envs)
         self.env = envs.make(env_id, num_envs, **env_kwargs)
-        self.network = ppo.make_network(config, self.env.spec)
+        self.network = ppo.setup(config).network
         dummy_obs = jnp.zeros((1,) + self.env.spec.observation_shape, jnp.float32)
         self.params = jax.jit(self.network.init)(jax.random.key(42), dummy_obs)
         self.num_steps = num_steps

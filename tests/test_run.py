@@ -11,7 +11,7 @@ from test_logging import read_tensorboard
 
 from conftest import assert_trees_close
 from jaxrl import cli
-from jaxrl.algos import ALGORITHMS, ppo
+from jaxrl.algos import ALGORITHMS, base, ppo
 from jaxrl.run import compile as run_compile
 from jaxrl.run import loop, report
 
@@ -19,7 +19,7 @@ CONFIG = ppo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 7, update
 
 
 def test_chunk_sizes_cover_the_run():
-    for n, chunks in [(195, 20), (97, 20), (1, 20), (7, 3), (244, 20)]:
+    for n, chunks in [(195, 20), (97, 20), (1, 20), (7, 3), (244, 20), (2**31 - 1, 20), (2**31, 20)]:
         sizes = run_compile.chunk_sizes(n, chunks)
         assert sum(sizes) == n and len(set(sizes)) <= 2 and all(s > 0 for s in sizes)
 
@@ -108,7 +108,7 @@ def test_evaluating_chunk_traces_for_every_algorithm(name):
     module = ALGORITHMS[name]
     config = module.Config()  # the algorithm's default env (continuous algorithms need a continuous one)
     keys = jax.random.split(jax.random.key(0), 2)
-    state = jax.eval_shape(jax.vmap(lambda k: module.init(config, k)), keys)
+    state = jax.eval_shape(jax.vmap(lambda k: base.initial_state(config, k, algo=module)), keys)
     program = jax.vmap(run_compile.make_chunk(module, config, 2, eval_episodes=3), in_axes=(0, 0, None))
     _, metrics, scores = jax.eval_shape(program, state, run_compile.eval_keys(0, 2), np.int32(2))
     assert {k: v.shape for k, v in scores.items()} == {k: (2,) for k in run_compile.EVAL_METRICS}
@@ -162,6 +162,45 @@ def test_time_to_return_uses_first_crossing():
     assert times[0] == 3.0 and np.isnan(times[1])
 
 
+@pytest.mark.parametrize(
+    ("returns", "lines"),
+    [
+        ([[10.0, 20.0, 30.0, 40.0]], ["time to return 475: not reached in 256 steps"]),
+        ([[10.0, 480.0, 30.0, 40.0]], ["time to return 475: 2.50 s at 128 steps (1.50 s compile + 1.00 s run)"]),
+        (
+            [[10.0, np.nan, 480.0, 300.0], [10.0, 20.0, 30.0, 40.0]],
+            [
+                "time to return 475: reached by 1 of 2 seeds",
+                "  seed 0            3.50 s at 192 steps (1.50 s compile + 2.00 s run)",
+                "  seed 1            not reached in 256 steps",
+            ],
+        ),
+    ],
+    ids=["never", "one seed", "two seeds"],
+)
+def test_time_to_return_in_the_summary_cannot_be_misread(returns, lines):
+    """Not "never, 54.01 s (compile + run)": each seed says whether it reached the target, at how many env
+    steps, and the compile time apart from the training time."""
+    metrics = {"episode_return": np.array(returns)}
+    wall = np.array([2.0, 2.5, 3.5, 4.5])
+    result = report.RunResult(CONFIG, None, metrics, np.arange(1, 5) * 64, wall, 1.5, 3.0, None)
+    text = report.format_summary(report.summary(result, 475.0))
+    assert text.splitlines()[-len(lines) :] == lines, text
+    assert "never" not in text and "nan" not in text
+
+
+def test_the_summary_says_how_many_devices_a_run_trained_on():
+    metrics = {"episode_return": np.array([[10.0, 20.0, 30.0, 40.0]])}
+    wall = np.array([2.0, 2.5, 3.5, 4.5])
+    lines = {}
+    for devices in (1, 2):
+        result = report.RunResult(CONFIG, None, metrics, np.arange(1, 5) * 64, wall, 1.5, 3.0, None, devices=devices)
+        info = report.summary(result)
+        assert info["devices"] == devices
+        lines[devices] = next(x for x in report.format_summary(info).splitlines() if x.startswith("run "))
+    assert lines[1].endswith("all seeds)") and lines[2].endswith("all seeds, on 2 devices)"), lines
+
+
 def test_jaxrl_run_is_the_package_and_run_its_function():
     import types
 
@@ -176,7 +215,7 @@ def test_jaxrl_run_is_the_package_and_run_its_function():
 def test_unregistered_algorithm_needs_a_name():
     import types
 
-    algo = types.SimpleNamespace(validate=ppo.validate, init=ppo.init, update=ppo.update)
+    algo = types.SimpleNamespace(validate=ppo.validate, setup=ppo.setup, init=ppo.init, update=ppo.update)
     with pytest.raises(ValueError, match="not a registered algorithm"):
         loop.run(algo, CONFIG, progress=False)
 
@@ -192,3 +231,76 @@ def test_final_return_is_the_last_tenth_of_iterations(tmp_path):
     assert info == json.loads((tmp_path / "summary.json").read_text())
     assert info["final_window"] == 2 and info["final_return_per_seed"] == [18.5, 18.0]
     assert "last 2 iteration(s)" in report.format_summary(info)
+
+
+def test_a_seed_without_a_final_episode_is_null_in_valid_json_and_named_in_the_headline(tmp_path):
+    """A seed whose final window ended no episode: null in summary.json (which stays valid JSON, no bare NaN),
+    "none ended" in its per-seed line, and the headline says over how many seeds its mean is."""
+    returns = np.stack([np.arange(20.0), np.r_[np.arange(18.0), np.nan, np.nan]])
+    result = report.RunResult(
+        CONFIG, None, {"episode_return": returns}, np.arange(1, 21) * 64, np.arange(20.0), 1.0, 2.0, tmp_path
+    )
+    info = report.write_summary(result)
+    text = (tmp_path / "summary.json").read_text()
+    assert "NaN" not in text and json.loads(text)["final_return_per_seed"] == [18.5, None]
+    assert info["final_return_seeds"] == 1 and info["final_return_mean"] == 18.5
+    printed = report.format_summary(info)
+    assert "over the 1 of 2 seeds that ended an episode" in printed and "18.5, none ended" in printed
+
+
+def test_validate_run_returns_the_plan_that_run_executes():
+    """Validation happens once: `validate_run` checks everything and returns the Plan `loop.execute` runs."""
+    plan = loop.validate_run(ppo, CONFIG, seeds=2, num_chunks=3)
+    assert plan.name == "ppo" and plan.mesh is None and (plan.options.seeds, plan.options.num_chunks) == (2, 3)
+    assert plan.with_options(run_dir="x").options.run_dir == "x" and plan.options.run_dir is None
+    with pytest.raises(ValueError, match="resume=True needs the run_dir"):
+        loop.validate_run(ppo, CONFIG, loop.RunOptions(resume=True))
+
+
+def test_one_divergence_rule_for_runs_and_sweeps():
+    """`report.diverged` (a sweep's diverged runs) and `report.first_divergence` (what stops a run) agree."""
+    metrics = {"value_loss": np.array([[1.0, np.nan], [1.0, 2.0]]), "episode_return": np.full((2, 2), np.nan)}
+    np.testing.assert_array_equal(report.diverged(metrics), [True, False])
+    assert report.first_divergence(metrics) == "value_loss is nan (seed index 0, chunk iteration 1)"
+    assert report.first_divergence({"value_loss": np.ones((2, 2))}) is None
+    assert not report.diverged({"episode_return": np.full((2, 2), np.nan)}).any()  # no loss: nothing diverged
+
+
+@pytest.mark.parametrize(
+    ("chunks", "text"),
+    [
+        ([[[np.nan, np.nan]]], "no episode finished yet"),
+        ([[[np.nan, 20.0]], [[np.nan, np.nan]], [[np.nan, np.nan]]], "ret 20.0 (2 chunks ago)"),
+        ([[[np.nan, 20.0]], [[30.0, np.nan]], [[np.nan, np.nan]]], "ret 30.0 (1 chunk ago)"),
+        ([[[10.0, 20.0], [np.nan, 40.0]]], "ret 30.0"),  # NaN seeds left out of the mean, not the whole iteration
+        ([[[10.0, np.nan], [30.0, np.nan]]], "ret 20.0"),
+    ],
+    ids=["none", "2 chunks old", "1 chunk old", "this chunk", "last finite iteration"],
+)
+def test_progress_bar_shows_the_last_finite_return_with_its_age(chunks, text):
+    last = None
+    for index, returns in enumerate(chunks):
+        value = report.last_finite_return(np.array(returns))
+        last = last if value is None else (value, index)
+    assert report.progress_text(last, len(chunks) - 1) == text
+
+
+@pytest.mark.parametrize(
+    ("iterations", "chunks", "every", "done"),
+    [(100, 20, 3, 60), (100, 20, 3, 61), (97, 20, 2, 10), (6, 3, 1, 2), (7, 3, 2, 7), (7, 3, 2, 0), (90, 7, 3, 44)],
+)
+def test_a_resumed_run_keeps_the_runs_chunk_plan(iterations, chunks, every, done):
+    """The chunk plan is a pure function of the run's settings: after a resume at `done` the chunks end, and
+    evaluate, at the same iterations as the uninterrupted run's (a `done` inside a chunk cuts that chunk)."""
+    whole = run_compile.chunk_plan(iterations, chunks, every)
+
+    def ends(plan, start):
+        points = start + np.cumsum([size for size, _ in plan]) if plan else np.array([], int)
+        return list(points), [int(p) for p, (_, evaluated) in zip(points, plan, strict=True) if evaluated]
+
+    first, rest = run_compile.rest_of_plan(whole, done)
+    all_ends, all_evals = ends(whole, 0)
+    rest_ends, rest_evals = ends(rest, done)
+    assert rest_ends == [e for e in all_ends if e > done]
+    assert rest_evals == [e for e in all_evals if e > done]
+    assert first == sum(e <= done for e in all_ends)

@@ -12,7 +12,8 @@ import td_reference
 
 from conftest import assert_trees_close, index
 from jaxrl import envs, losses, rollout
-from jaxrl.algos import ALGORITHMS, pqn, q_learning, sarsa
+from jaxrl.algos import ALGORITHMS, pqn, sarsa
+from jaxrl.algos.families import q_learning
 from jaxrl.types import Trajectory
 
 TINY = sarsa.Config(
@@ -150,7 +151,7 @@ def test_sarsa_next_values_and_targets_match_numpy_on_a_hand_built_trajectory():
     actions = rng.integers(0, 2, (steps, num_envs)).astype(np.int32)
     rewards = rng.normal(size=(steps, num_envs)).astype(np.float32)
 
-    network = sarsa.make_network(config, envs.make(config.env, 1).spec)
+    network = sarsa.setup(config).network
     params = network.init(jax.random.key(1), obs[0])
     q_obs, q_next = (np.asarray(network.apply(params, o), np.float64) for o in (obs, next_obs))
     # what the rollout hands over: 0 after termination, else the expectation at the true successor
@@ -179,7 +180,7 @@ def collect(config, expected: bool, epsilon=0.4, seed=3):
     """One rollout of `q_learning.collect` with SARSA's bootstrap (12-step time limit, so truncations happen) and the
     action values a reference needs."""
     env = envs.make(config.env, config.num_envs, max_steps_in_episode=12)
-    network = sarsa.make_network(config, env.spec)
+    network = sarsa.setup(config).network
 
     @jax.jit
     def run(key):

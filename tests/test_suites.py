@@ -1,4 +1,4 @@
-"""Tests for jaxrl.suites: each suite's adapter against the suite's own signals, and one learning check per suite.
+"""Tests for jaxrl.envs.suites: each suite's adapter against the suite's own signals, and one learning check per suite.
 
 Every contract test steps a few hundred random actions through `envs.make("<suite>:<Name>")` in one jitted scan
 and recomputes, from the pre-step state with the suite's own step function and flags (the `oracle`), what
@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import envs, ppo, suites
+from jaxrl import envs, ppo
+from jaxrl.envs import suites
 
 
 def random_actions(spec, key, num_envs):
@@ -269,7 +270,7 @@ def test_ppo_learns_xminigrid_empty():
 
 def jumanji_oracle(name, **kwargs):
     jumanji = pytest.importorskip("jumanji")
-    from jaxrl.suites.base import flatten_observation
+    from jaxrl.envs.suites.base import flatten_observation
 
     raw = jumanji.make(name, **kwargs)
 

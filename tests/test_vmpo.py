@@ -12,8 +12,8 @@ import pytest
 
 from conftest import assert_trees_close, index
 from jaxrl import losses
-from jaxrl.algos import actor_critic as ac
 from jaxrl.algos import base, vmpo
+from jaxrl.algos.families import actor_critic as ac
 from jaxrl.run.report import final_return
 
 TINY = vmpo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, num_minibatches=2, hidden_sizes=(16, 16))
@@ -137,8 +137,10 @@ def test_losses_check_shapes():
 def m_steps(config, steps: int):
     """`steps` full-batch V-MPO steps on one fixed rollout (fixed advantages, fixed pi_old); returns the stats
     of the last step and the exact mean KL(pi_old || pi) at the end."""
-    state = vmpo.init(config, jax.random.key(0))
-    network, _, traj = ac.collect(config, state, jax.random.key(1))
+    setup = vmpo.setup(config)
+    network = setup.network
+    state = vmpo.init(setup, config, jax.random.key(0))
+    traj = setup.collect(config, state, jax.random.key(1)).traj
     batch = ac.rollout_batch(traj, *ac.gae(config, traj)) | vmpo.old_policy(network, state.params, traj.obs)
     batch = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
     optimizer = vmpo.make_optimizer(config)
@@ -227,8 +229,9 @@ def test_state_duals_and_metrics_shapes(env):
         chex.assert_shape(metrics[name], (config.num_iterations,))
     finite = {k: v for k, v in metrics.items() if not k.startswith("episode")}
     assert all(np.isfinite(np.asarray(v)).all() for v in finite.values())
-    act, normalize = vmpo.evaluation_policy(config, state)
-    obs = jnp.zeros((3, *vmpo.make_env(config).spec.observation_shape))
+    setup = vmpo.setup(config)
+    act, normalize = vmpo.evaluation_policy(setup, config, state)
+    obs = jnp.zeros((3, *setup.env.spec.observation_shape))
     assert act(normalize(obs), jax.random.key(0)).shape[0] == 3
 
 

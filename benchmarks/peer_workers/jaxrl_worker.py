@@ -85,16 +85,20 @@ def train_with_eval(module, config, eval_iterations: int, eval_episodes: int, ev
     import jax
     import jax.numpy as jnp
 
+    from jaxrl.algos import base
     from jaxrl.run.evaluate import evaluate
 
     num_evals = config.num_iterations // eval_iterations
 
     def train(key):
         init_key, eval_key = jax.random.split(key)
-        state = module.init(config, init_key)
+        setup = base.make_setup(config, module)
+        state = base.initial_state(config, init_key, setup, module)
 
         def chunk(state, key):
-            state, metrics = jax.lax.scan(lambda s, _: module.update(config, s), state, None, length=eval_iterations)
+            state, metrics = jax.lax.scan(
+                lambda s, _: base.step(module, setup, config, s), state, None, length=eval_iterations
+            )
             act, normalize = eval_policy(state)
             result = evaluate(config.env, act, key, eval_episodes, normalize=normalize)
             return state, (result["mean_return"], metrics["episode_return"])
@@ -116,7 +120,8 @@ def run(spec: dict) -> dict:
     import jax
 
     import jaxrl
-    from jaxrl.algos import dqn, ppo
+    from jaxrl.algos import base, dqn, ppo
+    from jaxrl.algos.families import q_learning
 
     algo = spec["algo"]
     module = {"ppo": ppo, "dqn": dqn}[algo]
@@ -146,12 +151,12 @@ def run(spec: dict) -> dict:
     if algo == "ppo":
 
         def eval_policy(state):
-            return ppo.evaluation_policy(config, state, deterministic=False)
+            return base.evaluation_policy(config, state, deterministic=False, algo=ppo)
     else:
-        network = dqn.make_network(config, dqn.make_env(config).spec)
+        network = dqn.setup(config).network
 
         def eval_policy(state):
-            return dqn.q_evaluation_policy(network, state.params, state.env.state, EVAL_EPSILON, False)
+            return q_learning.q_evaluation_policy(network, state.params, state.env.state, EVAL_EPSILON, False)
 
     curve_train = train_with_eval(
         module, config, eval_every // steps_per_iteration, spec.get("eval_episodes", 128), eval_policy

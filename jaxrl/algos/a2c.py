@@ -18,9 +18,9 @@ import jax
 from flax import struct
 
 from jaxrl import estimators
-from jaxrl.algos import actor_critic as ac
-from jaxrl.algos.actor_critic import TrainState, behaviour, evaluation_policy, init, make_env, make_network  # noqa: F401
-from jaxrl.algos.base import check_choice, check_int, hyper, make_train, static, train  # noqa: F401 (re-exports)
+from jaxrl.algos.base import check_choice, check_int, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports)
+from jaxrl.algos.families import actor_critic as ac
+from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy, init  # noqa: F401 (the module's surface)
 from jaxrl.rollout import episode_metrics
 from jaxrl.types import Trajectory
 
@@ -51,6 +51,9 @@ def validate(config: Config) -> None:
     check_int(config, "n_step", 0)
 
 
+setup = ac.setup  # the env batch and the actor-critic network
+
+
 def advantages(config: Config, traj: Trajectory) -> tuple[jax.Array, jax.Array]:
     """(advantages, value targets) by n-step returns or GAE, from the rollout's critic values."""
     if config.advantage == "gae":
@@ -62,10 +65,14 @@ def advantages(config: Config, traj: Trajectory) -> tuple[jax.Array, jax.Array]:
     return returns - traj.values, returns
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+@takes_setup
+def update(setup: ac.Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: a short rollout, n-step or GAE advantages, one actor-critic gradient step."""
     key, rollout_key, step_key = jax.random.split(state.key, 3)
-    network, carry, traj = ac.collect(config, state, rollout_key)
+    rollout = setup.collect(config, state, rollout_key)
+    traj = rollout.traj
     batch = ac.rollout_batch(traj, *advantages(config, traj))
-    params, opt_state, stats = ac.actor_critic_step(config, network, state.params, state.opt_state, batch, step_key)
-    return ac.next_state(state, params, opt_state, carry, key), {**episode_metrics(traj), **stats}
+    params, opt_state, stats = ac.actor_critic_step(
+        config, setup.network, state.params, state.opt_state, batch, step_key
+    )
+    return setup.next_state(state, params, opt_state, rollout, key), {**episode_metrics(traj), **stats}

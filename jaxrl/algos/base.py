@@ -1,7 +1,7 @@
 """The algorithm protocol, the Config conventions every algorithm shares, its validators, and the ONE generic
 `train(config, key)` / `make_train(config)`.
 
-An algorithm is a module with `Config`, `validate`, `init`, `update` and `evaluation_policy` (the `Algorithm`
+An algorithm is a module with `Config`, `validate`, `setup`, `init`, `update` and `evaluation_policy` (the `Algorithm`
 protocol below; a module satisfies a Protocol structurally, PEP 544). `jaxrl.algos` registers each one under its
 name (`register`), which is how `train`, the runner and sweeps find the algorithm of a Config: by its class.
 
@@ -27,6 +27,7 @@ from flax import struct
 from jaxrl import parallel
 from jaxrl.envs import check_env_id
 from jaxrl.networks import ACTIVATIONS, TORSOS
+from jaxrl.networks.gtrxl import GTrXLCore
 from jaxrl.networks.recurrent import CORES
 
 # ---------------------------------------------------------------------------------------------------------
@@ -35,21 +36,28 @@ from jaxrl.networks.recurrent import CORES
 
 
 class Algorithm(Protocol):
-    """What every algorithm module provides; `train` and `make_train` come from here, once."""
+    """What every algorithm module provides; `train` and `make_train` come from here, once.
+
+    `setup(config)` builds the static setup of a Config once (the environment, its spec, the networks, the
+    optimiser: everything that depends only on static fields); `init`, `update` and `evaluation_policy` take it
+    first. Traced hyperparameters stay in `config`, so a vmapped Config still compiles once."""
 
     Config: type
 
     def validate(self, config) -> None:
         """Raises a ValueError naming the field and the fix, before anything compiles."""
 
-    def init(self, config, key: jax.Array) -> Any:
+    def setup(self, config) -> Any:
+        """The static setup of `config` (env, networks, optimiser), built once."""
+
+    def init(self, setup, config, key: jax.Array) -> Any:
         """The initial TrainState (a pytree)."""
 
-    def update(self, config, state) -> tuple[Any, dict[str, jax.Array]]:
+    def update(self, setup, config, state) -> tuple[Any, dict[str, jax.Array]]:
         """One iteration: (new state, scalar metrics)."""
 
-    def evaluation_policy(self, config, state, deterministic: bool = True) -> tuple[Callable, Callable]:
-        """(act(obs, key) -> env action, normalize(obs) -> obs) of the trained policy, for `jaxrl.run.evaluate`."""
+    def evaluation_policy(self, setup, config, state, deterministic: bool = True) -> tuple[Callable, Callable]:
+        """(act(obs, key) -> env action, normalize(obs) -> obs) of the trained policy, for `jaxrl.episodes.evaluate`."""
 
 
 _BY_CONFIG: dict[type, Algorithm] = {}
@@ -60,7 +68,7 @@ def register(**algorithms: Algorithm) -> dict[str, Algorithm]:
     """Registers algorithms by name (`register(ppo=ppo_module)`); returns the full name -> algorithm table.
     Each algorithm's Config class must be its own (a subclass is a new algorithm or a variant field)."""
     for name, algo in algorithms.items():
-        for member in ("Config", "validate", "init", "update", "evaluation_policy"):
+        for member in ("Config", "validate", "setup", "init", "update", "evaluation_policy"):
             if not callable(getattr(algo, member, None)):
                 raise TypeError(f"algorithm {name!r} lacks {member}: see jaxrl.algos.base.Algorithm.")
         owner = _BY_CONFIG.get(algo.Config)
@@ -90,18 +98,43 @@ def name_of(algo: Algorithm) -> str:
     raise ValueError(f"{algo!r} is not a registered algorithm.")
 
 
-def iteration(algo: Algorithm, config, state):
+def make_setup(config, algo: Algorithm | None = None):
+    """`algo.setup(config)`: the static pieces of `config` (env, networks), built once."""
+    algo = algorithm_of(config) if algo is None else algo
+    return algo.setup(config)
+
+
+def initial_state(config, key: jax.Array, setup=None, algo: Algorithm | None = None):
+    """`algo.init(setup, config, key)`: the initial TrainState of `config`'s algorithm (`setup` built when None)."""
+    algo = algorithm_of(config) if algo is None else algo
+    return algo.init(make_setup(config, algo) if setup is None else setup, config, key)
+
+
+def step(algo: Algorithm, setup, config, state):
+    """`algo.update(setup, config, state)`: one iteration (new state, metrics)."""
+    return algo.update(setup, config, state)
+
+
+def evaluation_policy(config, state, deterministic: bool = True, setup=None, algo: Algorithm | None = None):
+    """`algo.evaluation_policy(setup, config, state, deterministic)`: (act, normalize) of the trained policy."""
+    algo = algorithm_of(config) if algo is None else algo
+    setup = make_setup(config, algo) if setup is None else setup
+    return algo.evaluation_policy(setup, config, state, deterministic=deterministic)
+
+
+def iteration(algo: Algorithm, setup, config, state):
     """One `algo.update`, its metrics over every device under data parallelism (`parallel.global_metrics`)."""
-    state, metrics = algo.update(config, state)
+    state, metrics = step(algo, setup, config, state)
     return state, parallel.global_metrics(metrics)
 
 
 def train(config, key: jax.Array):
-    """init + `lax.scan` of `update` over `config.num_iterations`: (final TrainState, metrics stacked per
+    """setup + init + `lax.scan` of `update` over `config.num_iterations`: (final TrainState, metrics stacked per
     iteration). Pure in (config, key), so `jax.vmap(train)(stacked_configs, keys)` sweeps hyperparameters."""
     algo = algorithm_of(config)
-    state = algo.init(config, key)
-    return jax.lax.scan(lambda s, _: iteration(algo, config, s), state, None, length=config.num_iterations)
+    setup = make_setup(config, algo)
+    state = initial_state(config, key, setup, algo)
+    return jax.lax.scan(lambda s, _: iteration(algo, setup, config, s), state, None, length=config.num_iterations)
 
 
 # algorithms whose every gradient and batch statistic is global over devices (`jaxrl.parallel`); another
@@ -130,6 +163,46 @@ def data_parallel_config(config, devices):
     except ValueError as error:
         raise ValueError(f"on each of {mesh.size} devices (1/{mesh.size} of the batch): {error}") from error
     return mesh, local
+
+
+# the smallest batch per device (seeds x num_envs / D) at which data parallelism pays on a CPU
+# (PPO CartPole, 2 CPU devices against 1: 0.88x at 32 envs each, 1.06x at 128, 1.53x at 512;
+# benchmarks/results/scaling_crossover_*.md); an accelerator's device takes any batch
+MIN_ENVS_PER_CPU_DEVICE = 256
+
+
+def auto_devices(config, seeds: int = 1) -> int:
+    """The device count `devices="auto"` trains `config` on: every local device when the algorithm is
+    data-parallel, the device count divides its batch and, on a CPU, each device gets at least
+    `MIN_ENVS_PER_CPU_DEVICE` of the seeds x num_envs environments; otherwise 1."""
+    count = jax.local_device_count()
+    if count == 1 or jax.process_count() > 1:
+        return 1 if jax.process_count() == 1 else jax.device_count()
+    if jax.default_backend() == "cpu" and seeds * getattr(config, "num_envs", 0) < count * MIN_ENVS_PER_CPU_DEVICE:
+        return 1
+    try:
+        data_parallel_config(config, count)
+    except ValueError:
+        return 1
+    return count
+
+
+def takes_setup(fn: Callable) -> Callable:
+    """Marks `fn(setup, config, ...)`, an algorithm's init or update: called the way it was spelled before setups
+    were built once (`init(config, key)`, `update(config, state)`), it raises a TypeError naming the spelling
+    that works instead of failing on a missing argument or deep inside."""
+
+    @functools.wraps(fn)
+    def checked(setup, *args, **kwargs):
+        if isinstance(setup, Config):
+            name = "init" if fn.__name__.endswith("init") else "update"
+            raise TypeError(
+                f"{name}(setup, config, ...) takes the Setup built once per Config first: setup = ALGO.setup(config), "
+                f"then ALGO.{name}(setup, config, ...) (got the {type(setup).__name__} first)."
+            )
+        return fn(setup, *args, **kwargs)
+
+    return checked
 
 
 def make_train(config, devices=1):
@@ -267,13 +340,20 @@ def _sign_rule(name: str) -> tuple[float, bool] | None:
 
 
 def check_fields(config) -> None:
-    """The type of every field, from its default: a `hyper` field holds a finite real number (a Python or NumPy
-    number, or a concrete array of them; tracers pass), `*_coef` fields are >= 0 and learning rates > 0; a
-    `static` field holds a value of its default's type (int, float, bool, str), finite when a float, and
-    tuples of ints (`hidden_sizes`) hold positive integers."""
+    """The type of every field, from its default: a `hyper` field holds one finite real number (a Python or NumPy
+    number, or a concrete array of shape (); a tracer passes when its shape is ()), `*_coef` fields are >= 0 and
+    learning rates > 0; a `static` field holds a value of its default's type (int, float, bool, str), finite when
+    a float, and tuples of ints (`hidden_sizes`) hold positive integers."""
     for field in dataclasses.fields(config):
         name, value, default = field.name, getattr(config, field.name), field.default
         if not is_static(field):
+            shape = getattr(value, "shape", ())
+            check(
+                shape == (),
+                name,
+                f"got an array of shape {tuple(shape)}, must be a scalar (shape ()): a Config is one run's; sweep "
+                "values with jaxrl.sweep.grid or jax.vmap over stacked Configs.",
+            )
             if isinstance(value, jax.core.Tracer):
                 continue
             values = host_array(value)
@@ -382,6 +462,14 @@ def check_core(config) -> None:
     (its minibatches are whole environment sequences)."""
     check_choice(config, "core", CORES)
     check_int(config, "core_size", 1)
+    if config.core == "gtrxl":
+        heads = GTrXLCore.num_heads
+        check(
+            config.core_size % heads == 0,
+            "core_size",
+            f"{config.core_size} is not a multiple of {heads}: core='gtrxl' splits its width into {heads} attention "
+            "heads; choose e.g. 64 or 128.",
+        )
     if recurrent(config):
         check(
             config.num_envs % config.num_minibatches == 0,

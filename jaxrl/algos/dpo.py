@@ -3,7 +3,7 @@ Language Model is Secretly a Reward Model", arXiv 2305.18290) on GRPO's grouped 
 learned reward model; preferences come from the returns of rollouts that share a start.
 
 One iteration:
-1. A grouped rollout (`actor_critic.collect_groups`, as GRPO's): M starts (`group_mode="start"`: fresh resets;
+1. A grouped rollout (`grouped.collect_groups`, as GRPO's): M starts (`group_mode="start"`: fresh resets;
    `"branch"`: states along M trunk rollouts), each copied G times; every member runs `num_steps` steps with its
    own keys and only its first episode is kept (the first-episode mask).
 2. Pairs: x is a group's shared start, y a member's trajectory. `estimators.preference_pairs` ranks a group's
@@ -31,9 +31,11 @@ import optax
 from flax import struct
 
 from jaxrl import estimators, losses
-from jaxrl.algos import actor_critic as ac
-from jaxrl.algos.actor_critic import GROUP_MODES, behaviour, make_network, policy_of
-from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, static, train  # noqa: F401
+from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, static, takes_setup, train  # noqa: F401
+from jaxrl.algos.families import actor_critic as ac
+from jaxrl.algos.families import grouped
+from jaxrl.algos.families.actor_critic import behaviour, policy_of
+from jaxrl.algos.families.grouped import GROUP_MODES, Setup, evaluation_policy  # noqa: F401 (the module's surface)
 from jaxrl.networks import ActorCritic
 from jaxrl.rollout import EnvCarry
 
@@ -41,7 +43,7 @@ REFERENCES = ("behaviour", "initial", "moving")
 
 
 @struct.dataclass
-class Config(ac.GroupConfig):
+class Config(grouped.GroupConfig):
     pairs: str = static("best_worst", "preference pairs per group: best_worst (one) or all (every ranked pair)")
     reference: str = static("moving", "reference policy: behaviour (stored log-probs), initial or moving")
     ref_update_interval: int = static(10, "iterations between refreshes of a moving reference")
@@ -86,14 +88,13 @@ def validate(config: Config) -> None:
     check_range(config, "margin", 0.0)
 
 
-make_env = ac.make_group_env  # one environment: members are vmapped 1-env rollouts
+setup = grouped.setup  # one environment and the policy network
 
 
-evaluation_policy = ac.group_evaluation_policy
-
-
-def init(config: Config, key: jax.Array) -> TrainState:
-    key, params, opt_state, trunk = ac.init_group_actor(config, key)
+@takes_setup
+def init(setup: Setup, config: Config, key: jax.Array) -> TrainState:
+    """The actor's parameters, the reference's (unless it is the behaviour policy) and the trunk."""
+    key, params, opt_state, trunk = grouped.init_actor(setup, config, key)
     ref_params = None if config.reference == "behaviour" else params
     return TrainState(params, opt_state, ref_params, trunk, key, jnp.zeros((), jnp.int32))
 
@@ -138,9 +139,11 @@ def pairs_batch(config: Config, obs, actions, rewards, mask, ref_log_prob) -> di
     }
 
 
-def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Array):
-    """One iteration's groups (`actor_critic.collect_groups`) and their pairs: (batch, new trunk, metrics)."""
-    traj, mask, trunk, metrics = ac.collect_groups(config, behaviour(network, state.params)[0], state.trunk, key)
+def collect(setup: Setup, config: Config, state: TrainState, key: jax.Array):
+    """One iteration's groups (`grouped.collect_groups`) and their pairs: (batch, new trunk, metrics)."""
+    network = setup.network
+    act = behaviour(network, state.params)[0]
+    traj, mask, trunk, metrics = grouped.collect_groups(setup, config, act, state.trunk, key)
     if config.reference == "behaviour":
         ref_log_prob = traj.log_probs  # stored at collection time by the policy at state.params
     else:
@@ -149,11 +152,12 @@ def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Ar
     return batch, trunk, {**metrics, "pair_fraction": batch["valid"].mean()}
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+@takes_setup
+def update(setup: Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: grouped rollout, preference pairs, `update_epochs` full-batch DPO steps."""
-    network = make_network(config, make_env(config).spec)
+    network = setup.network
     key, collect_key = jax.random.split(state.key)
-    batch, trunk, metrics = collect(config, state, network, collect_key)
+    batch, trunk, metrics = collect(setup, config, state, collect_key)
     optimizer = ac.make_optimizer(config)
     grad_fn = jax.grad(lambda p: loss_fn(p, network, config, batch), has_aux=True)
 

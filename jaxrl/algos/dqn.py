@@ -2,11 +2,12 @@
 deep reinforcement learning"), optionally double (van Hasselt et al. 2016), dueling (Wang et al. 2016) and
 n-step (Sutton 1988; as in Rainbow, Hessel et al. 2018) and with prioritised replay (Schaul et al. 2016).
 
-One iteration: every one of `num_envs` envs takes `num_steps` epsilon-greedy steps of the online Q-network;
-the transitions (with their true successor observations) go into the replay buffer; once `learning_starts`
-env steps have been collected, `updates_per_iteration` gradient steps each fit Q(s, a) to n-step targets on a
-uniformly sampled batch; every `target_update_interval` iterations the target network moves to the online one
-(`tau` = 1: a copy; `tau` < 1: Polyak averaging). Discrete actions only.
+One iteration is the replay loop (`jaxrl.algos.families.replay_loop`, shared with DDPG, TD3 and SAC): every one of
+`num_envs` envs takes `num_steps` epsilon-greedy steps of the online Q-network; the transitions (with their true
+successor observations) go into the replay buffer; once `learning_starts` env steps have been collected,
+`updates_per_iteration` gradient steps each fit Q(s, a) to n-step targets on a uniformly sampled batch; every
+`target_update_interval` iterations the target network moves to the online one (`tau` = 1: a copy; `tau` < 1:
+Polyak averaging). Discrete actions only.
 
 With `prioritized`, batches are drawn with probability proportional to p^alpha, p = |TD error| + eps of the last
 time a window was replayed (new windows get the largest p^alpha so far; `replay.sample_prioritized`), and each
@@ -24,24 +25,21 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, estimators, losses, optim, replay
-from jaxrl.algos import q_learning
-from jaxrl.algos.base import check, check_range, check_replay, hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
-from jaxrl.algos.q_learning import behaviour, epsilon_at, make_env, q_evaluation_policy
+from jaxrl import estimators, losses, optim, replay
+from jaxrl.algos.base import check, check_range, check_replay, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.families import q_learning, replay_loop
+from jaxrl.algos.families.q_learning import Setup, behaviour, epsilon_at, evaluation_policy  # noqa: F401 (the module's surface)
 from jaxrl.networks import QNetwork
-from jaxrl.rollout import EnvCarry, episode_metrics, no_critic, rollout
+from jaxrl.rollout import EnvCarry, episode_metrics
 
 
 @struct.dataclass
 class Config(q_learning.Config):
     """The Q-learning family's fields at DQN's defaults, plus replay, target network and the variants.
 
-    The defaults are PureJaxRL's CartPole DQN (10 envs, one gradient step of 128 per 10 env steps, a 1e4
-    buffer, a target copy every 500 env steps, lr 2.5e-4, plain one-step targets, an L2 TD loss, no LayerNorm)
-    with jaxrl's learning start and epsilon decay; over 4 seeds they reach 426 at 5e4 steps and 495 at 5e5
-    (`benchmarks/stability.py`). The earlier defaults (8 envs x 8 steps with 8 updates, a 5e4 buffer, a target
-    copy every 40 gradient steps, lr 5e-4, double 3-step Huber targets with LayerNorm) reached 447-500 at 5e4
-    but fell to 203-246 by 5e5."""
+    The defaults follow PureJaxRL's CartPole DQN: 10 envs, one gradient step of 128 transitions per 10 env
+    steps, a 1e4 buffer, a target copy every 500 env steps, Adam at 2.5e-4, one-step targets, an L2 TD loss and
+    no LayerNorm (measured: `benchmarks/results/dqn_defaults.md`)."""
 
     num_envs: int = static(10, "parallel environments")
     num_steps: int = static(1, "env steps per environment per iteration (the train frequency)")
@@ -91,8 +89,9 @@ def validate(config: Config) -> None:
     check_range(config, "priority_eps", 0.0, low_open=True)
 
 
-def make_network(config: Config, spec: envs.EnvSpec) -> QNetwork:
-    return q_learning.make_network(config, spec, config.dueling)
+def setup(config: Config) -> Setup:
+    """The env and the Q-network (with a dueling head under `dueling`)."""
+    return q_learning.setup(config, config.dueling)
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
@@ -100,12 +99,6 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
         config.learning_rate, config.anneal_lr, config.updates_per_iteration, config.num_iterations
     )
     return optim.clipped_optimizer("adam", schedule, config.max_grad_norm, eps=1e-8)
-
-
-def evaluation_policy(config: Config, state, deterministic: bool = True):
-    """The greedy policy (or epsilon_end-greedy when not `deterministic`) of the online Q-network."""
-    network = make_network(config, make_env(config).spec)
-    return q_evaluation_policy(network, state.params, state.env.state, config.epsilon_end, deterministic)
 
 
 def transitions(traj) -> dict[str, jax.Array]:
@@ -120,8 +113,9 @@ def transitions(traj) -> dict[str, jax.Array]:
     }
 
 
-def init(config: Config, key: jax.Array) -> TrainState:
-    key, params, carry = q_learning.init_network(config, make_network(config, make_env(config).spec), key)
+@takes_setup
+def init(setup: Setup, config: Config, key: jax.Array) -> TrainState:
+    key, params, carry = q_learning.init_network(setup, key)
     item = {
         "obs": carry.obs[0],
         "actions": jnp.zeros((), jnp.int32),
@@ -195,36 +189,30 @@ def gradient_step(config: Config, network: QNetwork, optimizer, target_params, b
     return (optax.apply_updates(params, updates), opt_state, prioritized_buffer), stats
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One iteration: `num_steps` epsilon-greedy steps of every env into the replay, then (once
-    `learning_starts` env steps are in) `updates_per_iteration` gradient steps, then the target update."""
-    env = make_env(config)
-    network = make_network(config, env.spec)
-    optimizer = make_optimizer(config)
-    key, rollout_key, learn_key = jax.random.split(state.key, 3)
-
+@takes_setup
+def update(setup: Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One iteration of the replay loop (`replay_loop.iteration`): `num_steps` epsilon-greedy steps of every env
+    into the replay, then (once `learning_starts` env steps are in) `updates_per_iteration` gradient steps, then
+    the target update."""
+    network, optimizer = setup.network, make_optimizer(config)
     epsilon = epsilon_at(config, state.iteration)
     act = behaviour(network, state.params, epsilon)
-    carry, traj = rollout(env, act, no_critic(env), state.env, rollout_key, config.num_steps, keep_next_obs=True)
-    if config.prioritized:
-        buffer = replay.add_prioritized(state.buffer, transitions(traj), config.n_step)
-    else:
-        buffer = replay.add(state.buffer, transitions(traj))
     beta = beta_at(config, state.iteration)
-    step = functools.partial(gradient_step, config, network, optimizer, state.target_params, buffer, beta)
 
-    def learn(learner):
-        learner, stats = jax.lax.scan(step, learner, jax.random.split(learn_key, config.updates_per_iteration))
-        return learner, jax.tree.map(jnp.mean, stats)
+    def store(traj):
+        if config.prioritized:
+            return replay.add_prioritized(state.buffer, transitions(traj), config.n_step)
+        return replay.add(state.buffer, transitions(traj))
 
-    def wait(learner):  # before learning starts: no gradient step; loss and q_mean read 0 (NaN would be a divergence)
-        return learner, {"loss": jnp.zeros((), jnp.float32), "q_mean": jnp.zeros((), jnp.float32)}
+    def learning(buffer):  # prioritised replay changes the buffer's priorities: the gradient steps carry it
+        step = functools.partial(gradient_step, config, network, optimizer, state.target_params, buffer, beta)
+        return (state.params, state.opt_state, buffer if config.prioritized else None), step
 
-    env_steps = (state.iteration + 1) * config.env_steps_per_iteration
-    ready = (env_steps >= config.learning_starts) & replay.can_sample(buffer, config.n_step)
-    learner = (state.params, state.opt_state, buffer if config.prioritized else None)
-    (params, opt_state, prioritized_buffer), stats = jax.lax.cond(ready, learn, wait, learner)
-    buffer = prioritized_buffer if config.prioritized else buffer
+    out = replay_loop.iteration(
+        config, setup.env, act, state.env, state.key, state.iteration, store, learning, config.n_step
+    )
+    (params, opt_state, prioritized_buffer), stats, traj = out.learner, out.stats, out.traj
+    buffer = prioritized_buffer if config.prioritized else out.buffer
 
     update_target = (state.iteration + 1) % config.target_update_interval == 0
     moved = optax.incremental_update(params, state.target_params, config.tau)
@@ -233,5 +221,5 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
     metrics = {**episode_metrics(traj), **stats, "epsilon": epsilon}
     if config.prioritized:
         metrics["priority_beta"] = beta
-    state = TrainState(params, target_params, opt_state, buffer, carry, key, state.iteration + 1)
+    state = TrainState(params, target_params, opt_state, buffer, out.env, out.key, state.iteration + 1)
     return state, metrics

@@ -40,9 +40,11 @@ import optax
 from flax import struct
 
 from jaxrl import estimators, lag, losses, replay
-from jaxrl.algos import actor_critic as ac
-from jaxrl.algos.actor_critic import GROUP_MODES, behaviour, make_network, policy_of
-from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, static, train  # noqa: F401
+from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, static, takes_setup, train  # noqa: F401
+from jaxrl.algos.families import actor_critic as ac
+from jaxrl.algos.families import grouped
+from jaxrl.algos.families.actor_critic import behaviour, policy_of
+from jaxrl.algos.families.grouped import GROUP_MODES, Setup, evaluation_policy  # noqa: F401 (the module's surface)
 from jaxrl.networks import ActorCritic
 from jaxrl.rollout import EnvCarry
 
@@ -51,7 +53,7 @@ KL_REFERENCES = ("none", "initial", "moving")
 
 
 @struct.dataclass
-class Config(ac.GroupConfig):
+class Config(grouped.GroupConfig):
     supervision: str = static("outcome", "outcome: normalised episode returns; process: normalised step rewards")
     total_timesteps: int = static(500_000, "environment steps of the whole run (all members, masked steps too)")
     update_epochs: int = static(4, "passes over each iteration's data")
@@ -114,22 +116,20 @@ def validate(config: Config) -> None:
     check_range(config, "rho_bar", 0.0, low_open=True)
 
 
-make_env = ac.make_group_env  # one environment: members are vmapped 1-env rollouts
+setup = grouped.setup  # one environment and the policy network
 
 
-evaluation_policy = ac.group_evaluation_policy
-
-
-def init(config: Config, key: jax.Array) -> TrainState:
-    network = make_network(config, make_env(config).spec)
-    key, params, opt_state, trunk = ac.init_group_actor(config, key)
+@takes_setup
+def init(setup: Setup, config: Config, key: jax.Array) -> TrainState:
+    """The actor's parameters, the reference's, the trunk, the lag and (with `replay_ratio`) an empty replay."""
+    key, params, opt_state, trunk = grouped.init_actor(setup, config, key)
     ref_params = params if config.kl_reference != "none" else None
     lagged = lag.init(params, config.behaviour_lag)
     state = TrainState(params, opt_state, ref_params, trunk, None, lagged, key, jnp.zeros((), jnp.int32))
     if config.replay_ratio == 0:
         return state
     # the replay holds iterations of groups shaped as `collect` returns them: leaves [T, N, ...]
-    item = jax.eval_shape(lambda s, k: collect(config, s, network, k)[0], state, key)
+    item = jax.eval_shape(lambda s, k: collect(setup, config, s, k)[0], state, key)
     item = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), item)
     return state.replace(buffer=replay.init(item, 1, config.replay_capacity))
 
@@ -162,11 +162,11 @@ def loss_fn(params, ref_params, network: ActorCritic, config: Config, batch: dic
     return total, stats
 
 
-def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Array):
-    """One iteration's grouped rollout (`actor_critic.collect_groups`) with group-relative advantages:
+def collect(setup: Setup, config: Config, state: TrainState, key: jax.Array):
+    """One iteration's grouped rollout (`grouped.collect_groups`) with group-relative advantages:
     (groups batch [T, N, ...], new trunk, metrics)."""
-    act = behaviour(network, lag.behaviour_params(state.lagged, state.params))[0]
-    traj, mask, trunk, metrics = ac.collect_groups(config, act, state.trunk, key)
+    act = behaviour(setup.network, lag.behaviour_params(state.lagged, state.params))[0]
+    traj, mask, trunk, metrics = grouped.collect_groups(setup, config, act, state.trunk, key)
     advantages = estimators.group_relative_advantages(
         traj.rewards, mask, config.group_size, config.supervision, config.advantage_eps
     )
@@ -180,11 +180,12 @@ def collect(config: Config, state: TrainState, network: ActorCritic, key: jax.Ar
     return batch, trunk, metrics
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+@takes_setup
+def update(setup: Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: grouped rollout, group-relative advantages, `update_epochs` x minibatches."""
-    network = make_network(config, make_env(config).spec)
+    network = setup.network
     key, collect_key, replay_key, shuffle_key = jax.random.split(state.key, 4)
-    batch, trunk, metrics = collect(config, state, network, collect_key)
+    batch, trunk, metrics = collect(setup, config, state, collect_key)
 
     buffer = state.buffer
     if config.replay_ratio > 0:

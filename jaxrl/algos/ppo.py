@@ -15,19 +15,10 @@ import jax
 from flax import struct
 
 from jaxrl import losses, parallel
-from jaxrl.algos import actor_critic as ac
-from jaxrl.algos.actor_critic import (  # noqa: F401 (the module's surface)
-    TrainState,
-    behaviour,
-    evaluation_policy,
-    init,
-    make_env,
-    make_network,
-    validate,
-)
-from jaxrl.algos.base import hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
-from jaxrl.networks import ActorCritic
-from jaxrl.networks.recurrent import RecurrentActorCritic
+from jaxrl.algos.base import hyper, make_train, recurrent, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.families import actor_critic as ac
+from jaxrl.algos.families import actor_critic_recurrent as acr
+from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy, init, validate  # noqa: F401 (the module's surface)
 from jaxrl.rollout import episode_metrics
 
 
@@ -38,8 +29,8 @@ class Config(ac.Config):
     anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
     clip_value_loss: bool = static(True, "clip the value loss around the rollout's values (clip_eps)")
     normalize_advantages: bool = static(True, "normalise advantages within each minibatch")
-    core: str = static("none", "recurrent core between torso and heads: none or gru")
-    core_size: int = static(128, "hidden units of the recurrent core (core='gru')")
+    core: str = static("none", "recurrent core between torso and heads: none, gru, lstm, lru or gtrxl")
+    core_size: int = static(128, "width of the recurrent core's state (a multiple of 4 for gtrxl)")
     learning_rate: float = hyper(2.5e-3, "learning rate")
     gae_lambda: float = hyper(0.95, "GAE lambda")
     clip_eps: float = hyper(0.2, "surrogate clipping epsilon (and value clipping range)")
@@ -47,17 +38,15 @@ class Config(ac.Config):
     vf_coef: float = hyper(0.5, "value loss coefficient")
 
 
-def loss_fn(params, network: ActorCritic, config: Config, batch: dict[str, jax.Array]):
-    """Clipped surrogate + vf_coef * value loss - ent_coef * entropy, averaged over the minibatch."""
-    dist, values = network.apply(params, batch["obs"])
-    return surrogate(dist, values, config, batch)
+def setup(config: Config) -> ac.Setup:
+    """The env batch and the actor-critic network: recurrent (`actor_critic_recurrent`) with a `core`."""
+    return acr.setup(config) if recurrent(config) else ac.setup(config)
 
 
-def recurrent_loss_fn(params, network: RecurrentActorCritic, config: Config, minibatch):
-    """`loss_fn` of a recurrent network: the core re-runs over the minibatch's sequences (steps [T, B, ...]) from
-    their initial states with the rollout's episode starts, giving pi(.|o_0..o_t) and V(o_0..o_t) at `params`."""
-    steps, initial = minibatch
-    _, dist, values = network.apply(params, initial, steps["obs"], steps["starts"])
+def loss_fn(params, setup: ac.Setup, config: Config, minibatch):
+    """Clipped surrogate + vf_coef * value loss - ent_coef * entropy, averaged over the minibatch (its steps
+    [B, ...], or for a recurrent network its sequences and their initial states, `Setup.forward`)."""
+    dist, values, steps = setup.forward(params, minibatch)
     return surrogate(dist, values, config, steps)
 
 
@@ -84,35 +73,13 @@ def surrogate(dist, values: jax.Array, config: Config, batch: dict[str, jax.Arra
     return total, stats
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One iteration: rollout, GAE, `update_epochs` x `num_minibatches` gradient steps."""
-    if config.core != "none":
-        return recurrent_update(config, state)
+@takes_setup
+def update(setup: ac.Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One iteration: rollout, GAE, `update_epochs` x `num_minibatches` gradient steps (on minibatches of whole
+    environment sequences for a recurrent network)."""
     key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
-    network, carry, traj = ac.collect(config, state, rollout_key)
-    advantages, targets = ac.gae(config, traj)
-    batch = {
-        "obs": traj.obs,
-        "actions": traj.actions,
-        "log_probs": traj.log_probs,
-        "values": traj.values,
-        "advantages": advantages,
-        "targets": targets,
-    }
-
-    def loss(params, minibatch):
-        return loss_fn(params, network, config, minibatch)
-
-    params, opt_state, stats = ac.minibatch_updates(config, loss, state.params, state.opt_state, batch, shuffle_key)
-    metrics = {**episode_metrics(traj), **stats}
-    return ac.next_state(state, params, opt_state, carry, key), metrics
-
-
-def recurrent_update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
-    """`update` of a recurrent PPO: recurrent rollout, GAE, `update_epochs` x `num_minibatches` steps on
-    minibatches of num_envs / num_minibatches whole environment sequences."""
-    key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
-    network, carry, memory, traj, sequences = ac.collect_recurrent(config, state, rollout_key)
+    rollout = setup.collect(config, state, rollout_key)
+    traj = rollout.traj
     advantages, targets = ac.gae(config, traj)
     steps = {
         "obs": traj.obs,
@@ -121,14 +88,11 @@ def recurrent_update(config: Config, state: TrainState) -> tuple[TrainState, dic
         "values": traj.values,
         "advantages": advantages,
         "targets": targets,
-        "starts": sequences.starts,
     }
 
     def loss(params, minibatch):
-        return recurrent_loss_fn(params, network, config, minibatch)
+        return loss_fn(params, setup, config, minibatch)
 
-    params, opt_state, stats = ac.sequence_minibatch_updates(
-        config, loss, state.params, state.opt_state, steps, sequences.initial_hidden, shuffle_key
-    )
+    params, opt_state, stats = setup.updates(config, loss, state.params, state.opt_state, rollout, steps, shuffle_key)
     metrics = {**episode_metrics(traj), **stats}
-    return ac.next_recurrent_state(state, params, opt_state, carry, memory, key), metrics
+    return setup.next_state(state, params, opt_state, rollout, key), metrics

@@ -8,7 +8,7 @@ minibatches regress Q(o, a) on them. Discrete actions only.
 
 With `core="gru"` (PQN-RNN) the Q-network is torso -> GRU -> Q head, its state carried through the rollout and
 reset where an episode starts; the regression runs on minibatches of whole environment sequences
-(`q_learning.recurrent_lambda_update`).
+(`q_learning_recurrent.update`).
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ from __future__ import annotations
 import jax
 from flax import struct
 
-from jaxrl.algos import q_learning
-from jaxrl.algos.base import check_core, make_train, static, train  # noqa: F401 (re-exports make_train, train)
-from jaxrl.algos.q_learning import LambdaState as TrainState
-from jaxrl.algos.q_learning import evaluation_policy, make_env, make_network  # noqa: F401 (the module's surface)
+from jaxrl.algos.base import check_core, make_train, recurrent, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.families import q_learning, q_learning_recurrent
+from jaxrl.algos.families.q_learning import LambdaState as TrainState
+from jaxrl.algos.families.q_learning import Setup
 
 
 @struct.dataclass
 class Config(q_learning.LambdaConfig):
     """The Q-learning family's fields and those of the lambda-return iteration, at PQN's defaults."""
 
-    core: str = static("none", "recurrent core between torso and Q head: none or gru")
-    core_size: int = static(128, "hidden units of the recurrent core (core='gru')")
+    core: str = static("none", "recurrent core between torso and Q head: none, gru, lstm, lru or gtrxl")
+    core_size: int = static(128, "width of the recurrent core's state (a multiple of 4 for gtrxl)")
 
 
 def validate(config: Config) -> None:
@@ -36,8 +36,25 @@ def validate(config: Config) -> None:
     check_core(config)
 
 
-def init(config: Config, key: jax.Array) -> TrainState:
-    return q_learning.lambda_init(config, key)
+def setup(config: Config) -> Setup:
+    """The env and the Q-network: feed-forward, or recurrent with `core`."""
+    if recurrent(config):
+        return q_learning_recurrent.setup(config)
+    return q_learning.setup(config)
+
+
+@takes_setup
+def init(setup: Setup, config: Config, key: jax.Array) -> TrainState:
+    if recurrent(config):
+        return q_learning_recurrent.init(setup, config, key)
+    return q_learning.lambda_init(setup, config, key)
+
+
+def evaluation_policy(setup: Setup, config: Config, state: TrainState, deterministic: bool = True):
+    """The greedy policy (or epsilon_end-greedy when not `deterministic`) of the Q-network."""
+    if recurrent(config):
+        return q_learning_recurrent.evaluation_policy(setup, config, state, deterministic)
+    return q_learning.evaluation_policy(setup, config, state, deterministic)
 
 
 def greedy_value(q_values: jax.Array, epsilon) -> jax.Array:
@@ -45,8 +62,9 @@ def greedy_value(q_values: jax.Array, epsilon) -> jax.Array:
     return q_values.max(-1)
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+@takes_setup
+def update(setup: Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: epsilon-greedy rollout, Q(lambda) targets, `update_epochs` x `num_minibatches` steps."""
-    if config.core != "none":
-        return q_learning.recurrent_lambda_update(config, state, greedy_value)
-    return q_learning.lambda_update(config, state, greedy_value)
+    if recurrent(config):
+        return q_learning_recurrent.update(setup, config, state, greedy_value)
+    return q_learning.lambda_update(setup, config, state, greedy_value)

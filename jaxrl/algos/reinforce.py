@@ -31,9 +31,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl import estimators
-from jaxrl.algos import actor_critic as ac
-from jaxrl.algos.actor_critic import TrainState, behaviour, evaluation_policy, init, make_env, make_network  # noqa: F401
-from jaxrl.algos.base import check, hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import check, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.families import actor_critic as ac
+from jaxrl.algos.families.actor_critic import TrainState, behaviour, evaluation_policy, init  # noqa: F401
 from jaxrl.rollout import episode_metrics, first_episode_mask, no_critic, reset, rollout
 from jaxrl.types import Trajectory
 
@@ -65,6 +65,9 @@ def validate(config: Config) -> None:
     )
 
 
+setup = ac.setup  # the env batch and the actor-critic network
+
+
 def advantages(config: Config, traj: Trajectory) -> tuple[jax.Array, jax.Array]:
     """(advantages G_t - V(s_t), returns G_t). Without a baseline the rollout's values are 0, so both are the
     Monte Carlo returns cut at the window's end."""
@@ -74,10 +77,10 @@ def advantages(config: Config, traj: Trajectory) -> tuple[jax.Array, jax.Array]:
     return returns - traj.values, returns
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+@takes_setup
+def update(setup: ac.Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: rollout, Monte Carlo returns, one (or epochs x minibatches) policy-gradient step."""
-    env = make_env(config)
-    network = make_network(config, env.spec)
+    env, network = setup.env, setup.network
     key, reset_key, rollout_key, step_key = jax.random.split(state.key, 4)
 
     carry = reset(env, reset_key) if config.whole_episodes else state.env

@@ -4,7 +4,7 @@ Actor-Critic Algorithms and Applications"): a tanh-squashed Gaussian policy, twi
 targets, and a temperature alpha tuned toward a target entropy.
 
 Each gradient step, on a replayed batch (actions normalised to [-1, 1]^A; the family module
-`jaxrl.algos.off_policy` holds the iteration, the replay, the critic targets and Polyak updates):
+`jaxrl.algos.families.off_policy` holds the iteration, the replay, the critic targets and Polyak updates):
 
 1. Critics: Q_k(o, a) regress on y = r + gamma (1 - terminated) (min_k Q'_k(o', a') - alpha log pi(a'|o')),
    a' ~ pi(.|o') (the soft Bellman backup with clipped double Q).
@@ -28,11 +28,12 @@ import optax
 from flax import struct
 
 from jaxrl import envs, parallel
-from jaxrl.algos import off_policy
-from jaxrl.algos.base import check, check_range, hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import check, check_range, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.families import off_policy
 from jaxrl.networks import GaussianActor, squashed_gaussian
 
 TrainState = off_policy.TrainState
+Setup = off_policy.Setup
 
 
 @struct.dataclass
@@ -51,9 +52,10 @@ def validate(config: Config) -> None:
     check_range(config, "alpha_learning_rate", 0.0, low_open=True)
 
 
-def make_networks(config: Config) -> off_policy.Networks:
-    """A GaussianActor (mean and log std of the pre-squash Gaussian) and the critics."""
-    return off_policy.make_networks(config, GaussianActor)
+def setup(config: Config) -> Setup:
+    """The env in normalised actions, a GaussianActor (mean and log std of the pre-squash Gaussian) and the
+    critics."""
+    return off_policy.setup(config, GaussianActor)
 
 
 def optimizers(config: Config) -> dict[str, optax.GradientTransformation]:
@@ -65,11 +67,10 @@ def target_entropy(config: Config, action_dim: int):
     return -config.target_entropy_scale * action_dim
 
 
-def init(config: Config, key: jax.Array) -> TrainState:
+@takes_setup
+def init(setup: Setup, config: Config, key: jax.Array) -> TrainState:
     log_alpha = jnp.log(jnp.asarray(config.alpha, jnp.float32))
-    return off_policy.init(
-        config, key, make_networks(config), optimizers(config), {"log_alpha": log_alpha}, target_actor=False
-    )
+    return off_policy.init(setup, config, key, optimizers(config), {"log_alpha": log_alpha}, target_actor=False)
 
 
 def policy(networks: off_policy.Networks, actor_params, obs: jax.Array):
@@ -137,17 +138,17 @@ def temperature_loss(log_alpha: jax.Array, log_prob: jax.Array, entropy_target) 
     return -jnp.mean(log_alpha * jax.lax.stop_gradient(log_prob + entropy_target))
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+@takes_setup
+def update(setup: Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: collect `num_steps` steps of every env from the policy, then `updates_per_iteration` SAC
     gradient steps."""
-    state, metrics = off_policy.update(config, state, make_networks(config), gradient_step, explore)
+    state, metrics = off_policy.update(setup, config, state, gradient_step, explore)
     return state, {**metrics, "alpha": jnp.exp(state.params["log_alpha"])}
 
 
-def evaluation_policy(config: Config, state: TrainState, deterministic: bool = True):
+def evaluation_policy(setup: Setup, config: Config, state: TrainState, deterministic: bool = True):
     """tanh(mean) (deterministic) or a policy sample, scaled to the env's bounds."""
-    networks = make_networks(config)
-    spec = envs.make(config.env).spec
+    networks, spec = setup.networks, setup.env.spec
 
     def act(obs, key):
         mean, log_std = networks.actor.apply(state.params["actor"], obs)

@@ -29,23 +29,23 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl import losses
-from jaxrl.algos import q_learning
-from jaxrl.algos.base import check, hyper, make_train, static, train
-from jaxrl.algos.q_learning import LambdaState as TrainState
-from jaxrl.algos.q_learning import evaluation_policy, make_env, make_network
+from jaxrl.algos.base import check, hyper, make_train, static, takes_setup, train
+from jaxrl.algos.families import q_learning
+from jaxrl.algos.families.q_learning import LambdaState as TrainState
+from jaxrl.algos.families.q_learning import Setup, evaluation_policy
 from jaxrl.networks import epsilon_greedy
 from jaxrl.types import Trajectory
 
 __all__ = [
     "Config",
+    "Setup",
     "TrainState",
     "epsilon_greedy_value",
     "evaluation_policy",
     "init",
-    "make_env",
-    "make_network",
     "make_train",
     "on_policy_next_values",
+    "setup",
     "train",
     "update",
     "validate",
@@ -70,8 +70,14 @@ def validate(config: Config) -> None:
     check(isinstance(config.expected, bool), "expected", f"got {config.expected!r}, must be True or False.")
 
 
-def init(config: Config, key: jax.Array) -> TrainState:
-    return q_learning.lambda_init(config, key)
+def setup(config: Config) -> Setup:
+    """The env and the feed-forward Q-network."""
+    return q_learning.setup(config)
+
+
+@takes_setup
+def init(setup: Setup, config: Config, key: jax.Array) -> TrainState:
+    return q_learning.lambda_init(setup, config, key)
 
 
 def epsilon_greedy_value(q_values: jax.Array, epsilon) -> jax.Array:
@@ -95,8 +101,9 @@ def on_policy_next_values(traj: Trajectory, q_values: jax.Array) -> jax.Array:
     return jnp.where(continues, following, traj.next_values)
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+@takes_setup
+def update(setup: Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration of the family's loop (`q_learning.lambda_update`) with SARSA(lambda) or Expected
     SARSA(lambda) targets."""
     next_values = None if config.expected else on_policy_next_values
-    return q_learning.lambda_update(config, state, epsilon_greedy_value, next_values)
+    return q_learning.lambda_update(setup, config, state, epsilon_greedy_value, next_values)

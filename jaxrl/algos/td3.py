@@ -16,11 +16,12 @@ from __future__ import annotations
 import jax
 from flax import struct
 
-from jaxrl.algos import off_policy
-from jaxrl.algos.base import check_int, check_range, hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import check_int, check_range, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.families import off_policy
 
 TrainState = off_policy.TrainState
-make_networks = off_policy.make_networks  # a DeterministicActor and the critics
+Setup = off_policy.Setup
+setup = off_policy.setup  # the env in normalised actions, a DeterministicActor and the critics
 init = off_policy.dpg_init
 evaluation_policy = off_policy.dpg_evaluation_policy  # mu(o) (plus the exploration noise if not deterministic)
 
@@ -55,7 +56,8 @@ def gradient_step(config: Config, networks: off_policy.Networks, state: TrainSta
     )
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+@takes_setup
+def update(setup: Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: collect `num_steps` steps of every env with mu(o) + noise, then `updates_per_iteration`
     TD3 gradient steps."""
-    return off_policy.update(config, state, make_networks(config), gradient_step, off_policy.gaussian_explore)
+    return off_policy.update(setup, config, state, gradient_step, off_policy.gaussian_explore)

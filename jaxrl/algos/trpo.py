@@ -31,9 +31,9 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from jaxrl import losses, optim, parallel
-from jaxrl.algos import actor_critic as ac
-from jaxrl.algos.actor_critic import TrainState, behaviour, evaluation_policy, make_env, make_network  # noqa: F401
-from jaxrl.algos.base import check_range, hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import check_range, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.families import actor_critic as ac
+from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy  # noqa: F401 (the module's surface)
 from jaxrl.minibatch import minibatch_epochs
 from jaxrl.networks import ActorCritic
 from jaxrl.rollout import episode_metrics
@@ -91,8 +91,13 @@ def merge_params(policy_params, critic_params):
     return {"params": {**policy_params["params"], **critic_params["params"]}}
 
 
-def init(config: Config, key: jax.Array) -> TrainState:
-    return ac.init(config, key, optimizer=value_optimizer(config), trainable=lambda p: split_params(p)[1])
+setup = ac.setup  # the env batch and the actor-critic network
+
+
+@takes_setup
+def init(setup: ac.Setup, config: Config, key: jax.Array) -> TrainState:
+    """`actor_critic.init` with the value regression's optimiser state, of the critic's parameters only."""
+    return ac.init(setup, config, key, optimizer=value_optimizer(config), trainable=lambda p: split_params(p)[1])
 
 
 def policy_step(config: Config, network: ActorCritic, params, batch: dict[str, jax.Array]):
@@ -107,7 +112,7 @@ def policy_step(config: Config, network: ActorCritic, params, batch: dict[str, j
     mask = batch["mask"]
     advantages = batch["advantages"]
     if config.normalize_advantages:
-        advantages = ac.normalize(advantages, mask)
+        advantages = parallel.normalize(advantages, mask)
 
     def policy(theta):
         return network.apply(merge_params(unravel(theta), critic_params), batch["obs"], method=ActorCritic.policy)
@@ -176,12 +181,14 @@ def value_regression(config: Config, network: ActorCritic, params, opt_state, ba
     return merge_params(policy_params, critic_params), opt_state, jax.tree.map(jnp.mean, stats)
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+@takes_setup
+def update(setup: ac.Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: rollout, GAE, a trust-region natural-gradient policy step, value regression."""
     key, rollout_key, value_key = jax.random.split(state.key, 3)
-    network, carry, traj = ac.collect(config, state, rollout_key)
+    rollout = setup.collect(config, state, rollout_key)
+    traj = rollout.traj
     batch = ac.rollout_batch(traj, *ac.gae(config, traj))
-    params, policy_stats = policy_step(config, network, state.params, batch)
-    params, opt_state, value_stats = value_regression(config, network, params, state.opt_state, batch, value_key)
+    params, policy_stats = policy_step(config, setup.network, state.params, batch)
+    params, opt_state, value_stats = value_regression(config, setup.network, params, state.opt_state, batch, value_key)
     metrics = {**episode_metrics(traj), **policy_stats, **value_stats}
-    return ac.next_state(state, params, opt_state, carry, key), metrics
+    return setup.next_state(state, params, opt_state, rollout, key), metrics

@@ -37,9 +37,9 @@ import optax
 from flax import struct
 
 from jaxrl import losses, parallel
-from jaxrl.algos import actor_critic as ac
-from jaxrl.algos.actor_critic import TrainState, behaviour, evaluation_policy, make_env, make_network  # noqa: F401
-from jaxrl.algos.base import check_range, hyper, make_train, static, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import check_range, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.families import actor_critic as ac
+from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy  # noqa: F401 (the module's surface)
 from jaxrl.minibatch import minibatch_epochs
 from jaxrl.networks import ActorCritic
 from jaxrl.rollout import episode_metrics
@@ -99,9 +99,14 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
     )
 
 
-def init(config: Config, key: jax.Array) -> TrainState:
-    state = ac.init(config, key, optimizer=optax.identity())
-    params = {**state.params, "duals": init_duals(config, make_env(config).spec.discrete)}
+setup = ac.setup  # the env batch and the actor-critic network
+
+
+@takes_setup
+def init(setup: ac.Setup, config: Config, key: jax.Array) -> TrainState:
+    """`actor_critic.init` with the dual variables in `params["duals"]` and the optimiser of `make_optimizer`."""
+    state = ac.init(setup, config, key, optimizer=optax.identity())
+    params = {**state.params, "duals": init_duals(config, setup.env.spec.discrete)}
     return state.replace(params=params, opt_state=make_optimizer(config).init(params))
 
 
@@ -141,7 +146,7 @@ def loss_fn(params, network: ActorCritic, config: Config, batch: dict[str, jax.A
     dist, values = network.apply(params, batch["obs"])
     advantages = batch["advantages"]
     if config.normalize_advantages:
-        advantages = ac.normalize(advantages, mask)
+        advantages = parallel.normalize(advantages, mask)
     # the E-step over the global minibatch: every device selects and weighs on every device's advantages
     # (the same L_eta on each) and keeps the weights of its own samples; L_pi sums over all of them
     every_advantage = parallel.gather(advantages)
@@ -167,10 +172,13 @@ def loss_fn(params, network: ActorCritic, config: Config, batch: dict[str, jax.A
     return total, stats
 
 
-def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
+@takes_setup
+def update(setup: ac.Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: rollout, GAE, `update_epochs` x `num_minibatches` V-MPO steps (E-step, M-step, duals, value)."""
+    network = setup.network
     key, rollout_key, shuffle_key = jax.random.split(state.key, 3)
-    network, carry, traj = ac.collect(config, state, rollout_key)
+    rollout = setup.collect(config, state, rollout_key)
+    traj = rollout.traj
     batch = ac.rollout_batch(traj, *ac.gae(config, traj)) | old_policy(network, state.params, traj.obs)
 
     def grad_fn(params, minibatch):
@@ -190,4 +198,4 @@ def update(config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax
     stats = jax.tree.map(jnp.mean, stats)
     stats["step_kl"] = ac.policy_kl(network, state.params, params, batch["obs"], batch["mask"])
     metrics = {**episode_metrics(traj), **stats}
-    return ac.next_state(state, params, opt_state, carry, key), metrics
+    return setup.next_state(state, params, opt_state, rollout, key), metrics

@@ -119,6 +119,16 @@ class ActorQCritic(nn.Module):
         return jnp.sum(jax.nn.softmax(self.logits(obs)) * self.critic(obs), axis=-1)
 
 
+def q_values(x: jax.Array, action_dim: int, dueling: bool) -> jax.Array:
+    """The Q head on features `x`, inside a compact module: a linear layer, or dueling (Wang et al. 2016,
+    arXiv 1511.06581) Q = V + A - mean_a A."""
+    if not dueling:
+        return dense(action_dim, 1.0)(x)
+    value = dense(1, 1.0)(x)
+    advantage = dense(action_dim, 1.0)(x)
+    return value + advantage - advantage.mean(-1, keepdims=True)
+
+
 class QNetwork(nn.Module):
     """Action values Q(o, .) [..., action_dim] on a torso.
 
@@ -133,13 +143,7 @@ class QNetwork(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        x = self.torso(obs)
-        if not self.dueling:
-            q = dense(self.action_dim, 1.0)(x)
-        else:
-            value = dense(1, 1.0)(x)
-            advantage = dense(self.action_dim, 1.0)(x)
-            q = value + advantage - advantage.mean(-1, keepdims=True)
+        q = q_values(self.torso(obs), self.action_dim, self.dueling)
         return mask_actions(q, obs) if self.action_mask else q
 
 

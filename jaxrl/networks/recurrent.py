@@ -1,6 +1,7 @@
 """Recurrent cores and the recurrent actor-critic: torso -> core -> head, over time-major sequences [T, B, ...].
 
-A core maps (h [B, H], features [T, B, F], starts [T, B]) -> (h_T [B, H], outputs [T, B, F']). `starts[t]` marks
+A core (`Core`) maps (h, features [T, B, F], starts [T, B]) -> (h_T, outputs [T, B, F']), its state h a pytree of
+[B, ...] float32 leaves (one [B, H] array for the GRU; `initial_state` gives its zeros). `starts[t]` marks
 the first step of an episode: the state is zeroed *before* step t consumes its input, i.e. an episode that ended
 at step t - 1 (done_{t-1}) never leaks its memory into step t. A one-step call is the T = 1 case, so the rollout
 and the learner run the very same function.
@@ -8,6 +9,15 @@ and the learner run the very same function.
 - `GRUCore`: a GRU (Cho et al. 2014, "Learning Phrase Representations using RNN Encoder-Decoder", eq. 5-8; flax
   `nn.GRUCell`) scanned over time with `nn.scan`, as PureJaxRL's `ScannedRNN`. Its recurrent kernel uses the
   matmul-only `orthogonal` initialiser (jaxlib's QR deadlocks under vmap on CPU, see `torsos.orthogonal`).
+- `LSTMCore`: an LSTM (Hochreiter & Schmidhuber 1997, with the forget gate of Gers et al. 2000; flax
+  `nn.LSTMCell`'s parameters): c_t = f_t * c_{t-1} + i_t * g_t, h_t = o_t * tanh(c_t), gates i, f, o = sigmoid(W x_t
+  + U h_{t-1} + b), g = tanh(...), the forget gate's bias initialised to 1 (Jozefowicz et al. 2015, "An Empirical
+  Exploration of Recurrent Network Architectures"). Its state is the pair (c, h), each [B, size], zeroed at a start.
+- `LRUCore` (`networks.lru`): the Linear Recurrent Unit (Orvieto et al. 2023), a diagonal complex linear
+  recurrence h_t = lambda * h_{t-1} + gamma B x_t, y_t = GELU(Re(C h_t) + D x_t), run by a parallel (associative)
+  scan with the resets inside it: O(log T) depth over a learner's sequence. Its state is (Re h, Im h).
+- `GTrXLCore` (`networks.gtrxl`): a gated transformer (GTrXL, Parisotto et al. 2020) attending over a window of
+  the last steps of the episode, their layer inputs carried as the state (memory, valid) and masked at starts.
 - `IdentityCore`: passes features through and carries its state unchanged: the recurrent machinery around a
   feedforward network (the reference a recurrent learner is tested against: same parameters as `ActorCritic`).
 """
@@ -15,16 +25,31 @@ and the learner run the very same function.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Protocol
 
 import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxrl.networks.heads import mask_actions
+from jaxrl.networks.gtrxl import GTrXLCore
+from jaxrl.networks.heads import mask_actions, q_values
+from jaxrl.networks.lru import LRUCore
 from jaxrl.networks.torsos import MLPTorso, dense, orthogonal
 
-CORES = ("none", "gru")
+CORES = ("none", "gru", "lstm", "lru", "gtrxl")
+
+
+class Core(Protocol):
+    """What a core is: `size` units, `initial_state(batch)` (a pytree of [batch, ...] float32 zeros, the state
+    after a reset) and `__call__(h, x [T, B, F], starts [T, B]) -> (h_T, y [T, B, F'])`, called inside a flax
+    module's compact context (its parameters live under `core/`)."""
+
+    size: int
+
+    def initial_state(self, batch: int) -> Any: ...
+
+    def __call__(self, h: Any, x: jax.Array, starts: jax.Array) -> tuple[Any, jax.Array]: ...
 
 
 def reset_where(starts: jax.Array, h: jax.Array) -> jax.Array:
@@ -54,6 +79,52 @@ class GRUCore:
         scan = nn.scan(_ResetGRUCell, variable_broadcast="params", split_rngs={"params": False}, in_axes=0, out_axes=0)
         return scan(self.size, name="core")(h, (x, starts))
 
+    def initial_state(self, batch: int) -> jax.Array:
+        return jnp.zeros((batch, self.size), jnp.float32)
+
+
+class _ResetLSTMCell(nn.Module):
+    """One LSTM step with flax `nn.LSTMCell`'s parameters (input kernels ii, if, ig, io; recurrent kernels and
+    biases hi, hf, hg, ho) but the forget gate's bias initialised to `forget_bias`."""
+
+    size: int
+    forget_bias: float = 1.0
+
+    @nn.compact
+    def __call__(self, carry, inputs):
+        x, start = inputs
+        c, h = (reset_where(start, a) for a in carry)
+
+        def gate(name, bias=0.0):
+            w = nn.Dense(self.size, use_bias=False, kernel_init=orthogonal(1.0), name="i" + name)
+            u = nn.Dense(
+                self.size, kernel_init=orthogonal(1.0), bias_init=nn.initializers.constant(bias), name="h" + name
+            )
+            return w(x) + u(h)
+
+        i, f = nn.sigmoid(gate("i")), nn.sigmoid(gate("f", self.forget_bias))
+        g, o = jnp.tanh(gate("g")), nn.sigmoid(gate("o"))
+        c = f * c + i * g
+        h = o * jnp.tanh(c)
+        return (c, h), h
+
+
+@dataclasses.dataclass(frozen=True)
+class LSTMCore:
+    """An LSTM of `size` units over a sequence, reset where `starts`: ((c, h), x [T, B, F], starts [T, B]) ->
+    ((c_T, h_T), h [T, B, size]); the output at each step is h_t."""
+
+    size: int = 128
+
+    def __call__(self, carry, x: jax.Array, starts: jax.Array):
+        scan = nn.scan(_ResetLSTMCell, variable_broadcast="params", split_rngs={"params": False}, in_axes=0, out_axes=0)
+        return scan(self.size, name="core")(carry, (x, starts))
+
+    def initial_state(self, batch: int) -> tuple[jax.Array, jax.Array]:
+        """(c, h), each [batch, size] zeros."""
+        zeros = jnp.zeros((batch, self.size), jnp.float32)
+        return zeros, zeros
+
 
 @dataclasses.dataclass(frozen=True)
 class IdentityCore:
@@ -64,11 +135,22 @@ class IdentityCore:
     def __call__(self, h: jax.Array, x: jax.Array, starts: jax.Array) -> tuple[jax.Array, jax.Array]:
         return h, x
 
+    def initial_state(self, batch: int) -> jax.Array:
+        return jnp.zeros((batch, self.size), jnp.float32)
 
-def make_core(kind: str, size: int) -> GRUCore | IdentityCore:
-    """The core a Config names: "gru" (`GRUCore(size)`) or "none" (`IdentityCore`)."""
+
+def make_core(kind: str, size: int) -> Core:
+    """The core a Config names, of `size` units: "gru" (`GRUCore`), "lstm" (`LSTMCore`), "lru" (`LRUCore`,
+    `size` complex units), "gtrxl" (`GTrXLCore`, width `size`, 2 layers of 4 heads over 32 past steps) or "none"
+    (`IdentityCore`)."""
     if kind == "gru":
         return GRUCore(size)
+    if kind == "lstm":
+        return LSTMCore(size)
+    if kind == "lru":
+        return LRUCore(size)
+    if kind == "gtrxl":
+        return GTrXLCore(size)
     if kind == "none":
         return IdentityCore(size)
     raise ValueError(f"core {kind!r} is not one of {', '.join(CORES)}.")
@@ -79,7 +161,7 @@ class RecurrentHead(nn.Module):
     parameters are exactly `heads.TorsoHead`'s (Dense_0 .. Dense_k): the core adds only its own `core/`."""
 
     torso: MLPTorso
-    core: GRUCore | IdentityCore
+    core: Core
     out_features: int
     out_gain: float
 
@@ -99,7 +181,7 @@ class RecurrentActorCritic(nn.Module):
     action_dim: int
     discrete: bool
     torso: MLPTorso = MLPTorso()
-    core: GRUCore | IdentityCore = GRUCore()
+    core: Core = GRUCore()
     action_mask: bool = False
 
     def setup(self):
@@ -132,7 +214,7 @@ class RecurrentQNetwork(nn.Module):
 
     action_dim: int
     torso: MLPTorso = MLPTorso((128, 128), "relu")
-    core: GRUCore | IdentityCore = GRUCore()
+    core: Core = GRUCore()
     dueling: bool = False
     action_mask: bool = False
 
@@ -140,21 +222,17 @@ class RecurrentQNetwork(nn.Module):
     def __call__(self, h, obs, starts):
         x = self.torso(obs)
         h, x = self.core(h, x, starts)
-        if not self.dueling:
-            q = dense(self.action_dim, 1.0)(x)
-        else:
-            value = dense(1, 1.0)(x)
-            advantage = dense(self.action_dim, 1.0)(x)
-            q = value + advantage - advantage.mean(-1, keepdims=True)
+        q = q_values(x, self.action_dim, self.dueling)
         return h, mask_actions(q, obs) if self.action_mask else q
 
 
-def initial_state(core: GRUCore | IdentityCore, batch: int) -> jax.Array:
-    """The zero state of one core, [batch, core.size] float32."""
-    return jnp.zeros((batch, core.size), jnp.float32)
+def initial_state(core: Core, batch: int) -> Any:
+    """The zero state of one core (`core.initial_state`): [batch, core.size] float32 for the GRU, a pytree of
+    [batch, ...] float32 leaves in general."""
+    return core.initial_state(batch)
 
 
-def initial_hidden(core: GRUCore | IdentityCore, batch: int) -> tuple[jax.Array, jax.Array]:
-    """The zero state (h_actor, h_critic) of `RecurrentActorCritic`, each [batch, core.size] float32."""
+def initial_hidden(core: Core, batch: int) -> tuple[Any, Any]:
+    """The zero state (h_actor, h_critic) of `RecurrentActorCritic`, one `initial_state(core, batch)` each."""
     zeros = initial_state(core, batch)
     return zeros, zeros

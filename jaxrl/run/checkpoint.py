@@ -3,15 +3,24 @@
 A checkpoint is written to a temporary folder and renamed when complete (orbax's atomic finalisation); then
 the SHA-256 of every file in it is written to `CHECKSUMS` inside it (atomically: a temporary file renamed).
 Only a checkpoint with its checksums counts as complete, so a crash or kill during a save leaves the previous
-checkpoint loadable. A restore verifies every file against the checksums first and refuses a corrupt
-checkpoint naming the file. PRNG keys are stored as their raw key data and re-wrapped on restore.
+checkpoint loadable. A save that fails (a full disk: refused before writing when the free space cannot hold
+it) removes what it wrote and raises one error, orbax's own error logs kept quiet. A restore verifies every
+file against the checksums first and refuses a corrupt checkpoint naming the file; one without checksums is
+passed over for the latest verified one, or restored unverified when none has them, and says so in one line.
+PRNG keys are stored as their raw key data and re-wrapped on restore.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import gc
 import hashlib
 import json
+import logging
 import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +101,76 @@ def verify(step_dir: Path) -> None:
             )
 
 
+def note(message: str) -> None:
+    """One `jaxrl:` line on stderr about a checkpoint (what a restore passed over or could not verify)."""
+    print(f"jaxrl: {message}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """orbax's error logs (absl, and asyncio's for the futures a failed operation leaves) off while it saves or
+    restores: its failure is raised once, as one error. After a failure they stay off: orbax's background
+    threads and the futures they leave go on logging that failure after it was raised."""
+    loggers = [logging.getLogger(name) for name in ("absl", "asyncio")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    except BaseException:
+        gc.collect()
+        raise
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)
+
+
+def reason(error: BaseException) -> str:
+    """Why a checkpoint operation failed, in a few words: the OS error under it (orbax and tensorstore wrap
+    them; tensorstore names it by `os_error_code`), else the first 300 characters of its message."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            return seen.strerror or os.strerror(seen.errno)
+        code = str(seen).split("os_error_code='", 1)[1].split("'", 1)[0] if "os_error_code='" in str(seen) else ""
+        if code.isdigit():
+            return os.strerror(int(code))
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(str(error).split()) or "no message"
+    return f"{type(error).__name__}: {text[:300]}{' ...' if len(text) > 300 else ''}"
+
+
+def _free_bytes(directory: Path) -> int | None:
+    """The free space of the file system `directory` is (or will be) on; None when it cannot be told."""
+    path = directory.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def _check_space(directory: Path, state, payload: dict) -> None:
+    """Raises OSError(ENOSPC) when the free space cannot hold the checkpoint (its arrays, its metrics, and
+    orbax's metadata: 64 KiB and a 4 KiB block per array), before anything is written."""
+    arrays = [x for x in jax.tree.leaves(state) if hasattr(x, "dtype")]
+    need = sum(x.size * x.dtype.itemsize for x in arrays) + len(json.dumps(payload)) + (64 << 10) + 4096 * len(arrays)
+    free = _free_bytes(directory)
+    if free is not None and free < need:
+        detail = f"No space left on device ({need / 2**20:.1f} MiB needed, {free / 2**20:.1f} MiB free)"
+        raise OSError(errno.ENOSPC, detail, str(directory))
+
+
+def _remove_unfinished(directory: Path, iteration: int) -> None:
+    """Removes what a failed save of `iteration` left: orbax's temporary folder, or the step without checksums."""
+    if not directory.is_dir():
+        return
+    for path in directory.iterdir():
+        unfinished = path.name == str(iteration) and not (path / CHECKSUMS).exists()
+        if unfinished or path.name.startswith(f"{iteration}.orbax-checkpoint-tmp"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _steps(directory: Path) -> list[int]:
     """The finished checkpoints (orbax's step folders), oldest first."""
     if not directory.is_dir():
@@ -141,7 +220,8 @@ def save(
     with the state already gathered to host arrays (`hosts.to_host`, in every process)."""
     import orbax.checkpoint as ocp
 
-    _discard_incomplete(Path(directory))
+    directory = Path(directory)
+    _discard_incomplete(directory)
     payload = {
         "info": info,
         "metrics": {k: [str(np.asarray(v).dtype), np.asarray(v).tolist()] for k, v in metrics.items()},
@@ -151,13 +231,18 @@ def save(
     saved = unwrap_keys(state)
     if devices > 1:
         saved = hosts.to_host(saved)
-    with _manager(Path(directory)) as manager:
-        manager.save(
-            iteration,
-            args=ocp.args.Composite(state=ocp.args.StandardSave(saved), meta=ocp.args.JsonSave(payload)),
-        )
-        manager.wait_until_finished()
-    write_checksums(Path(directory) / str(iteration))
+    _check_space(directory, saved, payload)
+    try:
+        with _quiet(), _manager(directory) as manager:
+            manager.save(
+                iteration,
+                args=ocp.args.Composite(state=ocp.args.StandardSave(saved), meta=ocp.args.JsonSave(payload)),
+            )
+            manager.wait_until_finished()
+        write_checksums(directory / str(iteration))
+    except BaseException:
+        _remove_unfinished(directory, iteration)
+        raise
 
 
 def latest_iteration(directory: str | Path) -> int | None:
@@ -188,11 +273,13 @@ def restore(
     if iteration is None:
         raise CheckpointError(f"no checkpoint in {directory}")
     step_dir = directory / str(iteration)
-    if (step_dir / CHECKSUMS).exists():
+    verified = (step_dir / CHECKSUMS).exists()
+    passed_over = [s for s in _steps(directory) if s > iteration]
+    if verified:
         verify(step_dir)
     abstract = jax.eval_shape(unwrap_keys, like_state)
     try:
-        with _manager(directory) as manager:
+        with _quiet(), _manager(directory) as manager:
             meta = manager.restore(iteration, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
             changed = differences(meta["info"], info)
             if changed:
@@ -214,9 +301,21 @@ def restore(
         raise
     except Exception as error:  # orbax raises many types for truncated or corrupt files
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"checkpoint {step_dir} cannot be restored: {first_line}") from error
+        first_line = first_line[:200] + (" ..." if len(first_line) > 200 else "")
+        hint = "" if verified else f"; it has no {CHECKSUMS} to tell which file is damaged"
+        raise CheckpointError(
+            f"checkpoint {step_dir} cannot be restored: {first_line}{hint}; delete that checkpoint folder to "
+            "restore the one before it, if any."
+        ) from error
     state = rewrap_keys(restored["state"], like_state)
     metrics = {k: np.asarray(values, dtype) for k, (dtype, values) in meta["metrics"].items()}
+    if passed_over:
+        note(
+            f"checkpoint {directory / str(passed_over[-1])} has no {CHECKSUMS} (a save cut short, or the file was "
+            f"deleted): restored checkpoint {iteration}, the latest verified one."
+        )
+    elif not verified:
+        note(f"checkpoint {step_dir} has no {CHECKSUMS}, nor has any other: restored it unverified.")
     return iteration, state, metrics
 
 

@@ -1,5 +1,6 @@
 """The runner's compiled programs: the vmapped init, the chunk (`length` iterations of `algo.update` in a
-`lax.scan`, optionally followed by a deterministic evaluation), the chunk plan, and compiling them side by side.
+`lax.scan`, optionally followed by a deterministic evaluation), the chunk plan, compiling them side by side, and
+JAX's persistent compilation cache (`enable_compilation_cache`).
 
 Evaluation keys come from their own stream, `eval_keys(seed, seeds)` folded with the iteration count, never
 from the training keys, so evaluating changes no training number. The evaluation's results are the metrics
@@ -9,6 +10,7 @@ from the training keys, so evaluating changes no training number. The evaluation
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 from jaxrl import envs, parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm
-from jaxrl.run.evaluate import evaluate
+from jaxrl.episodes import evaluate
 
 EVAL_STREAM = 0x6576616C  # "eval": folded into the base key for the evaluation key stream
 EVAL_METRICS = ("eval_return", "eval_length", "eval_finished")
@@ -31,27 +33,38 @@ EVAL_METRICS = ("eval_return", "eval_length", "eval_finished")
 def chunk_sizes(num_iterations: int, num_chunks: int) -> list[int]:
     """Splits the iterations into about `num_chunks` equal chunks (one compile); when no divisor of
     `num_iterations` gives between half and twice `num_chunks` chunks, into chunks of two sizes (two compiles).
-    """
+    O(num_chunks): only the chunk counts between half and twice `num_chunks` are tried (a tie goes to more
+    chunks), never every iteration."""
     num_chunks = max(1, min(num_chunks, num_iterations))
-    divisors = [
-        d
-        for d in range(1, num_iterations + 1)
-        if num_iterations % d == 0 and num_chunks / 2 <= num_iterations // d <= 2 * num_chunks
-    ]
-    if divisors:
-        size = min(divisors, key=lambda d: abs(num_iterations // d - num_chunks))
-        return [size] * (num_iterations // size)
+    counts = range(min(2 * num_chunks, num_iterations), (num_chunks + 1) // 2 - 1, -1)
+    even = [k for k in counts if num_iterations % k == 0]
+    if even:
+        count = min(even, key=lambda k: abs(k - num_chunks))
+        return [num_iterations // count] * count
     size = -(-num_iterations // num_chunks)
     full, last = divmod(num_iterations, size)
     return [size] * full + ([last] if last else [])
 
 
-def chunk_plan(remaining: int, num_chunks: int, eval_every: int) -> list[tuple[int, bool]]:
-    """(size, evaluated) of each chunk of the `remaining` iterations: every `eval_every`-th chunk and the last
-    end with an evaluation (none with eval_every=0)."""
-    sizes = chunk_sizes(remaining, num_chunks) if remaining > 0 else []
+def chunk_plan(num_iterations: int, num_chunks: int, eval_every: int) -> list[tuple[int, bool]]:
+    """(size, evaluated) of each chunk of a run of `num_iterations` iterations: every `eval_every`-th chunk and
+    the last end with an evaluation (none with eval_every=0). A pure function of the run's settings, never of a
+    resume point (`rest_of_plan` cuts it there), so a resumed run evaluates at the same iterations."""
+    sizes = chunk_sizes(num_iterations, num_chunks) if num_iterations > 0 else []
     last = len(sizes) - 1
     return [(size, bool(eval_every) and ((i + 1) % eval_every == 0 or i == last)) for i, size in enumerate(sizes)]
+
+
+def rest_of_plan(plan: list[tuple[int, bool]], done: int) -> tuple[int, list[tuple[int, bool]]]:
+    """What is left of `plan` after `done` iterations: (index in `plan` of the first chunk left, its chunks).
+    A `done` inside a chunk (a checkpoint of another --chunks) shortens that chunk to end where it ended, with
+    its evaluation; O(number of chunks)."""
+    end = 0
+    for index, (size, evaluated) in enumerate(plan):
+        end += size
+        if end > done:
+            return index, [(end - done, evaluated), *plan[index + 1 :]]
+    return len(plan), []
 
 
 def eval_keys(seed: int, seeds: int) -> jax.Array:
@@ -65,11 +78,11 @@ def make_init(algo: Algorithm, config, mesh: Mesh | None = None):
     (data parallelism, `jaxrl.parallel`): each device inits the per-device Config, and the state is
     device-stacked, leaves [D, S, ...]."""
     if mesh is None:
-        return jax.jit(jax.vmap(lambda k: algo.init(config, k)))
+        return jax.jit(jax.vmap(lambda k: base.initial_state(config, k, algo=algo)))
     local = parallel.local_config(config, mesh.size)
 
     def init(keys):
-        return parallel.add_device_axis(jax.vmap(lambda k: algo.init(local, k))(keys))
+        return parallel.add_device_axis(jax.vmap(lambda k: base.initial_state(local, k, algo=algo))(keys))
 
     in_specs, out_specs = (P(),), P(parallel.AXIS)
     return _jit_sharded(parallel.shard(init, mesh, in_specs=in_specs, out_specs=out_specs), mesh, in_specs, out_specs)
@@ -81,7 +94,9 @@ def abstract_state(algo: Algorithm, config, keys, devices: int):
     if devices == 1:
         return jax.eval_shape(make_init(algo, config), keys)
     local = parallel.local_config(config, devices)
-    init = parallel.emulate(jax.vmap(lambda k: algo.init(local, k)), devices, in_axes=None, out_axes=0)
+    init = parallel.emulate(
+        jax.vmap(lambda k: base.initial_state(local, k, algo=algo)), devices, in_axes=None, out_axes=0
+    )
     return jax.eval_shape(init, keys)
 
 
@@ -95,7 +110,8 @@ def make_chunk(algo: Algorithm, config, length: int, eval_episodes: int = 0):
     """
 
     def chunk(state):
-        return jax.lax.scan(lambda s, _: base.iteration(algo, config, s), state, None, length=length)
+        setup = base.make_setup(config, algo)
+        return jax.lax.scan(lambda s, _: base.iteration(algo, setup, config, s), state, None, length=length)
 
     if not eval_episodes:
         return chunk
@@ -103,7 +119,7 @@ def make_chunk(algo: Algorithm, config, length: int, eval_episodes: int = 0):
     def chunk_and_evaluate(state, eval_key, iteration):
         state, metrics = chunk(state)
         with parallel.suspended():  # every device plays the same evaluation episodes with its (equal) parameters
-            act, normalize = algo.evaluation_policy(config, state, deterministic=True)
+            act, normalize = base.evaluation_policy(config, state, deterministic=True, algo=algo)
             key = jax.random.fold_in(eval_key, iteration)
             out = evaluate(config.env, act, key, eval_episodes, normalize=normalize)
         finished = out["finished"] > 0
@@ -174,20 +190,64 @@ def compile_programs(
     return state, compiled
 
 
+def _bytes(tree) -> int:
+    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def memory_parts(config, seeds: int = 1) -> dict[str, int]:
+    """A rough lower bound, in bytes, of what a run holds at once, by part: "state" (the training state of every
+    seed, `jax.eval_shape` of the init: parameters, optimiser state, environment states, a replay buffer),
+    "gradients" (one more copy of the parameters), "rollout" (num_steps x num_envs steps of two observations,
+    ~8 float32 scalars and the action; twice for minibatch learners, which shuffle a copy) and "activations"
+    (the hidden layers' outputs of the actor and the critic over the largest batch one pass sees: a minibatch,
+    the whole rollout, or a replay batch). Nothing is compiled or allocated."""
+    algo = base.algorithm_of(config)
+    keys = jax.random.split(jax.random.key(0), seeds)
+    state = jax.eval_shape(jax.vmap(lambda k: base.initial_state(config, k, algo=algo)), keys)
+    spec = envs.make(config.env, 1).spec
+    obs_bytes = 4 * math.prod(spec.observation_shape)
+    step_bytes = 2 * obs_bytes + 4 * (8 + (1 if spec.discrete else spec.action_dim))
+    steps = config.num_envs * config.num_steps
+    copies = 2 if hasattr(config, "num_minibatches") else 1
+    if hasattr(config, "buffer_size"):
+        rows = max(config.num_envs, getattr(config, "replay_batch_size", 0))
+    else:
+        rows = max(config.num_envs, steps // getattr(config, "num_minibatches", 1))
+    width = sum(getattr(config, "hidden_sizes", ()))
+    return {
+        "state": _bytes(state),
+        "gradients": _bytes(getattr(state, "params", ())),
+        "rollout": seeds * copies * steps * step_bytes,
+        "activations": seeds * rows * width * 4 * 2,
+    }
+
+
 def estimate_memory(config, seeds: int = 1) -> int:
-    """A rough lower bound, in bytes, of the memory a run needs for its data alone (not the networks, the
-    optimiser or XLA's temporaries): per seed, the environment states of the env batch, the rollout
-    (num_steps x num_envs steps of two observations and ~8 float32 scalars plus the action) and, for replay
-    learners, the buffer (buffer_size transitions of the same size). Computed with `jax.eval_shape` of one env
-    reset: nothing is allocated."""
-    env = envs.make(config.env, 1)
-    _, env_state = jax.eval_shape(env.reset, jax.random.key(0))
-    state_bytes = sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(env_state))
-    obs_bytes = 4 * math.prod(env.spec.observation_shape)
-    step_bytes = 2 * obs_bytes + 4 * (8 + (1 if env.spec.discrete else env.spec.action_dim))
-    per_seed = config.num_envs * (state_bytes + obs_bytes + config.num_steps * step_bytes)
-    per_seed += getattr(config, "buffer_size", 0) * step_bytes
-    return int(seeds * per_seed)
+    """The sum of `memory_parts`: a rough lower bound, in bytes, of the memory a run needs."""
+    return sum(memory_parts(config, seeds).values())
+
+
+# What to lower when a run does not fit: each such flag set back to its default, the one that frees the most wins.
+LOWER = {
+    "num_envs": "fewer environments",
+    "num_steps": "fewer steps per iteration",
+    "hidden_sizes": "smaller layers",
+    "buffer_size": "a smaller replay buffer",
+}
+
+
+def _flag_to_lower(config, seeds: int) -> str:
+    """The flag (`LOWER`, or --seeds) whose default shrinks the estimate most, with what lowering it means."""
+    defaults = type(config)()
+    options = {"--seeds": (estimate_memory(config, 1), "fewer seeds")} if seeds > 1 else {}
+    for name, what in LOWER.items():
+        if hasattr(config, name) and getattr(config, name) != getattr(defaults, name):
+            smaller = dataclasses.replace(config, **{name: getattr(defaults, name)})
+            options["--" + name.replace("_", "-")] = (estimate_memory(smaller, seeds), what)
+    if not options:
+        return "--num-envs (fewer environments)"
+    flag, (_, what) = min(options.items(), key=lambda item: item[1][0])
+    return f"{flag} ({what})"
 
 
 def device_memory() -> tuple[int | None, str]:
@@ -203,13 +263,34 @@ def device_memory() -> tuple[int | None, str]:
         return None, "this machine"
 
 
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB"
+
+
 def check_memory(config, seeds: int = 1, what: str = "") -> None:
-    """Raises ValueError when `estimate_memory(config, seeds)` exceeds the device's memory (`device_memory`)."""
-    need = estimate_memory(config, seeds)
+    """Raises ValueError, naming the flag to lower, when `estimate_memory(config, seeds)` exceeds the device's
+    memory (`device_memory`)."""
     have, where = device_memory()
-    if have is not None and need > have:
+    if have is None:
+        return
+    parts = memory_parts(config, seeds)
+    need = sum(parts.values())
+    if need > have:
+        shown = ", ".join(f"{name} {_gib(size)}" for name, size in parts.items())
         raise ValueError(
-            f"Config.num_envs: {config.num_envs} environments x {config.num_steps} steps x {seeds} seed(s){what} "
-            f"need at least {need / 2**30:.1f} GiB for the environment states and the rollout alone, more than the "
-            f"{have / 2**30:.1f} GiB of {where}; use fewer environments, steps or seeds."
+            f"{config.num_envs} environments x {config.num_steps} steps x {seeds} seed(s){what} need at least "
+            f"{_gib(need)} ({shown}), more than the {_gib(have)} of {where}: lower {_flag_to_lower(config, seeds)}."
         )
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is XLA failing to allocate device memory (RESOURCE_EXHAUSTED, "Out of memory")."""
+    text = str(error)
+    return isinstance(error, jax.errors.JaxRuntimeError) and ("RESOURCE_EXHAUSTED" in text or "Out of memory" in text)
+
+
+def enable_compilation_cache(path: str) -> None:
+    """JAX's persistent cache: a second run of the same program loads it instead of compiling it."""
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

@@ -1,58 +1,56 @@
-"""Policy evaluation: E fresh episodes in parallel, each played from reset to its end, on fresh env keys."""
+"""A run folder's latest checkpoint evaluated on fresh episodes, every seed (`evaluate_checkpoint`); the episodes
+themselves are `jaxrl.episodes.evaluate`, re-exported here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
+from pathlib import Path
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 
-from jaxrl import envs
-from jaxrl.rollout import RecurrentAct
+from jaxrl.episodes import evaluate
+
+__all__ = ["evaluate", "evaluate_checkpoint", "restore_latest"]
 
 
-def evaluate(
-    env_id: str, act: Callable, key: jax.Array, num_episodes: int, max_steps: int | None = None, normalize=None
-) -> dict[str, jax.Array]:
-    """Plays `num_episodes` episodes of `env_id` with `act(obs[E, ...], key) -> action[E, ...]`.
+def restore_latest(run_dir: Path):
+    """(saved config.json, algorithm module, Config, iteration, states) of the latest checkpoint of every seed of
+    the run folder `run_dir`: states leaves [seeds, ...]. Reads only; one-line errors for a folder that is not a
+    run or has no checkpoint."""
+    from jaxrl.algos import base
+    from jaxrl.run import checkpoint
+    from jaxrl.run.compile import abstract_state
+    from jaxrl.run.folder import load_run_config, read_run_folder
 
-    Every episode runs in its own env until it ends (terminated or truncated); its first completion is
-    recorded and later steps (after gymnax's auto-reset) are ignored. `max_steps` defaults to the env's time
-    limit. `normalize(obs)` is applied to observations when the policy was trained on normalised ones.
-    A policy with memory (`rollout.RecurrentAct`) starts from `act.initial(E)` and is told each episode's start
-    (so its state is zeroed there, after gymnax's auto-reset too).
-    Returns per-episode `returns` and `lengths` [E], their means over the finished episodes (`mean_return`
-    is 0 and `mean_length` NaN when none finished) and the number `finished`.
-    """
-    env = envs.make(env_id, num_episodes)
-    limit = max_steps or int(getattr(env.params, "max_steps_in_episode", None) or 1000)
-    normalize = normalize or (lambda obs: obs)
-    reset_key, run_key = jax.random.split(key)
-    obs, state = env.reset(reset_key)
-    memory = (act.initial(num_episodes), jnp.ones(num_episodes, bool)) if isinstance(act, RecurrentAct) else None
+    run_dir = Path(run_dir)
+    saved = read_run_folder(run_dir)
+    module, config, seeds, base_seed = load_run_config(run_dir, saved)
+    keys = jax.random.split(jax.random.key(base_seed), seeds)
+    like = jax.eval_shape(jax.vmap(lambda k: base.initial_state(config, k, algo=module)), keys)
 
-    def step(carry, keys):
-        obs, state, returns, lengths, finished, memory = carry
-        if memory is None:
-            action = act(normalize(obs), keys[0])
-        else:
-            hidden, action = act.step(memory[0], normalize(obs), memory[1], keys[0])
-        obs, state, _, _, _, info = env.step(keys[1], state, action)
-        if memory is not None:
-            memory = (hidden, info["episode_done"])
-        first_end = info["episode_done"] & ~finished
-        returns = jnp.where(first_end, info["episode_return"], returns)
-        lengths = jnp.where(first_end, info["episode_length"], lengths)
-        return (obs, state, returns, lengths, finished | info["episode_done"], memory), None
+    def like_for(devices):  # a data-parallel run's checkpoint: its state laid out for one device
+        return abstract_state(module, config, keys, devices)
 
-    zeros = jnp.zeros(num_episodes, jnp.float32)
-    carry = (obs, state, zeros, zeros.astype(jnp.int32), jnp.zeros(num_episodes, bool), memory)
-    (_, _, returns, lengths, finished, _), _ = jax.lax.scan(step, carry, jax.random.split(run_key, (limit, 2)))
-    count = finished.sum()
-    return {
-        "returns": jnp.where(finished, returns, jnp.nan),
-        "lengths": lengths,
-        "mean_return": jnp.where(finished, returns, 0.0).sum() / jnp.maximum(count, 1),
-        "mean_length": jnp.where(count > 0, jnp.where(finished, lengths, 0).sum() / jnp.maximum(count, 1), jnp.nan),
-        "finished": count,
-    }
+    iteration, states, _ = checkpoint.restore(run_dir / "checkpoints", like, saved, like_for=like_for)
+    return saved, module, config, iteration, states
+
+
+def evaluate_checkpoint(run_dir: Path, episodes: int, seed: int) -> Iterator[str]:
+    """Restores the latest checkpoint of every seed of the run folder `run_dir` and plays `episodes` fresh
+    episodes per seed (keys from `seed`) with its deterministic and its stochastic policy; yields the report
+    line by line as it is measured: a heading, then per mode the mean return over seeds and each seed's."""
+    from jaxrl.algos import base
+
+    if episodes < 1:
+        raise ValueError(f"--episodes {episodes}: need at least one episode.")
+    saved, module, config, iteration, states = restore_latest(run_dir)
+    yield f"{run_dir}: {saved['algo']} on {config.env}, checkpoint after iteration {iteration}, {episodes} episodes"
+    for mode in ("deterministic", "stochastic"):
+
+        def one_seed(state, mode=mode):
+            act, normalize = base.evaluation_policy(config, state, deterministic=mode == "deterministic", algo=module)
+            return evaluate(config.env, act, jax.random.key(seed), episodes, normalize=normalize)["mean_return"]
+
+        returns = np.asarray(jax.jit(jax.vmap(one_seed))(states))
+        yield f"{mode:14s} mean return {returns.mean():9.2f}   per seed {', '.join(f'{r:.1f}' for r in returns)}"

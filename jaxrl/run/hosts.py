@@ -9,6 +9,7 @@ all of them must call it at the same point. On one process each is the identity 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import jax
@@ -71,3 +72,15 @@ def on_lead(fn: Callable, what: str):
             raise error
         raise LeadFailed(f"process 0 could not {what}; see its error.")
     return result
+
+
+def check_backend() -> None:
+    """Initialises JAX's backend now, so that an unavailable one (JAX_PLATFORMS=cuda without a GPU) is one
+    clear line (ValueError) instead of a traceback later."""
+    try:
+        jax.devices()
+    except Exception as error:  # RuntimeError, or (jax 0.10, a platform without its plugin) a bare AssertionError
+        first = str(error).strip().splitlines()[0] if str(error).strip() else "no such backend is installed"
+        platforms = os.environ.get("JAX_PLATFORMS")
+        hint = f" (JAX_PLATFORMS={platforms}; unset it or install that backend)" if platforms else ""
+        raise ValueError(f"JAX backend unavailable{hint}: {first}") from error

@@ -18,6 +18,10 @@ import numpy as np
 class CsvSink:
     """`metrics.csv`: seed, iteration, env_steps and every metric; flushed after every chunk.
 
+    Each chunk's rows are appended as they come (chunk by chunk); `close()` rewrites the file in (seed,
+    iteration) order (`reorder_by_seed`), so a finished or interrupted run's metrics.csv is the same whether or
+    not it was resumed.
+
     `atomic=True` (a resume rewriting the file from a checkpoint's metrics): the rows go to `path.tmp` until
     `commit()` renames it over `path`, so an interrupted rewrite leaves the old file whole."""
 
@@ -26,6 +30,9 @@ class CsvSink:
         self.pending = self.path.with_name(self.path.name + ".tmp") if atomic else None
         self.file = open(self.pending or self.path, "w", newline="")  # noqa: SIM115 - closed by close()
         self.writer = None
+        self.seeds = 0
+        self.last: tuple[int, int] | None = None  # the (seed, iteration) of the last row written
+        self.ordered = True  # whether the rows so far are in (seed, iteration) order
 
     def commit(self) -> None:
         """Makes the rows written so far `path` (atomic sinks only; then appends go on to `path`)."""
@@ -49,27 +56,61 @@ class CsvSink:
                 env_steps = (iteration + 1) * steps_per_iteration
                 values = (f"{metrics[n][s, i]:.6g}" for n in names)
                 self.writer.writerow([s, iteration, env_steps, f"{wall_s[i]:.4f}", *values])
+                self.ordered = self.ordered and (self.last is None or (s, iteration) > self.last)
+                self.last = (s, iteration)
+        self.seeds = max(self.seeds, seeds)
         self.file.flush()
 
     def close(self):
         self.file.close()
         if self.pending is not None:  # never committed: the old file stays
             self.pending.unlink(missing_ok=True)
+            return
+        if not self.ordered:
+            reorder_by_seed(self.path, self.seeds)
+
+
+def reorder_by_seed(path: Path, seeds: int) -> None:
+    """Rewrites the CSV `path` (rows appended chunk by chunk: each seed's rows in iteration order) in (seed,
+    iteration) order, streaming one pass per seed (never the whole table in memory), written aside and renamed
+    over it so that a reader never sees half."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as out:
+        writer = csv.writer(out)
+        for seed in range(seeds):
+            with open(path, newline="") as file:
+                rows = csv.reader(file)
+                header = next(rows)
+                if seed == 0:
+                    writer.writerow(header)
+                writer.writerows(row for row in rows if row[0] == str(seed))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
 
 
 class TensorBoardSink:
-    """TensorBoard event files in `directory`, one scalar per metric and iteration, x = env steps."""
+    """TensorBoard event files in `directory`, one scalar per metric and iteration, x = env steps.
 
-    def __init__(self, directory: Path):
+    `resume_step` (a resume, the env steps of its first new iteration): when `directory` already holds event
+    files, the new file starts with TensorBoard's purge of the steps from `resume_step` on (those an interrupted
+    run wrote after its checkpoint) and steps before it, already written, are not written again."""
+
+    def __init__(self, directory: Path, resume_step: int | None = None):
         from tensorboardX import SummaryWriter
 
-        self.writer = SummaryWriter(str(directory), flush_secs=5)
+        written = resume_step is not None and any(Path(directory).glob("events.out.tfevents.*"))
+        self.skip_before = resume_step if written else 0
+        purge = {"purge_step": resume_step} if written else {}
+        self.writer = SummaryWriter(str(directory), flush_secs=5, **purge)
 
     def write(self, metrics: dict[str, np.ndarray], first_iteration: int, steps_per_iteration: int, wall_s=None):
         names = sorted(metrics)
         seeds, size = metrics[names[0]].shape
         for i in range(size):
             env_steps = (first_iteration + i + 1) * steps_per_iteration
+            if env_steps < self.skip_before:
+                continue
             for name in names:
                 values = metrics[name][:, i].astype(np.float64)
                 if np.isfinite(values).any():

@@ -29,7 +29,9 @@ numbers: configs are compared on the same environment resets and action-sampling
 default `jax_threefry_partitionable`, that key does not depend on S: adding seeds leaves the first ones alone.)
 
 Modules: `space` (Sweep, grid, random, from_points), `devices` (CPU cores as devices, jax.distributed, the
-mesh), `program` (batching, the compiled program, run, Results), `gather` (the cross-process gather).
+mesh), `program` (batching, the compiled program, run, Results), `parts` (a sweep run in parts, the finished
+points' results handed on after each), `gather` (the cross-process gather),
+`summary` (per config: the final return over seeds with its bootstrap interval; the files of a sweep folder).
 """
 
 from jaxrl.sweep.devices import AXIS, backend_initialized, batch_mesh, initialize_distributed, use_cpu_cores

@@ -98,3 +98,26 @@ def initialize_distributed(
         process_id=process_id,
         initialization_timeout=timeout_s,
     )
+
+
+def default_cpu_cores() -> int | None:
+    """The cores this process may run on, as the CPU device count a command makes by default; None when the
+    device count is already chosen (XLA_FLAGS sets it, or JAX's backend is up) or only one core is there."""
+    if _DEVICE_COUNT_FLAG in os.environ.get("XLA_FLAGS", "") or backend_initialized():
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores if cores > 1 else None
+
+
+def start_processes(
+    coordinator: str | None, num_processes: int, process_id: int | None, cpu_cores: int | None, what: str
+) -> None:
+    """Joins the processes of a multi-process command (`initialize_distributed`; a `coordinator` or more than one
+    process), or makes `cpu_cores` CPU devices; before JAX initialises its backend. ValueError (naming the
+    flags of `jaxrl train` and `jaxrl sweep`) when the coordinator or the process id is missing."""
+    if coordinator is not None or num_processes > 1:
+        if coordinator is None or process_id is None:
+            raise ValueError(f"a multi-process {what} needs --coordinator HOST:PORT and --process-id.")
+        initialize_distributed(coordinator, num_processes, process_id, cpu_cores)
+    elif cpu_cores is not None:
+        use_cpu_cores(cpu_cores)

@@ -158,6 +158,24 @@ def _place(x: np.ndarray, sharding: NamedSharding) -> jax.Array:
 DEVICE_INDEPENDENT_OPTIONS = {"xla_disable_hlo_passes": "algsimp"}
 
 
+def sweep_devices(config, num_points: int, seeds: int, devices: int | None = None) -> list:
+    """The devices of a sweep of `num_points` configs over `config` x `seeds` seeds (the first `devices` of
+    `jax.devices()`, None: all), checked before anything compiles: the device count, the seed count, and the
+    rough memory estimate of each device's runs (`jaxrl.run.compile.check_memory`)."""
+    from jaxrl.run.compile import check_memory
+
+    chosen = jax.devices()
+    if devices is not None:
+        if not 1 <= devices <= len(chosen):
+            raise ValueError(f"--devices {devices}: this run has {len(chosen)} device(s).")
+        chosen = chosen[:devices]
+    if seeds < 1:
+        raise ValueError(f"--seeds {seeds}: need at least one seed.")
+    runs_per_device = -(-num_points * seeds // len(chosen))
+    check_memory(config, runs_per_device, f" (runs of {num_points} config(s) per device)")
+    return chosen
+
+
 def compile_program(
     sweep, seeds: int, seed: int, algo: Algorithm | None, devices, method: str, device_independent: bool = False
 ):

@@ -1,11 +1,13 @@
 """The sweep space: a `Sweep` is a list of hyperparameter points over a base Config, made by `grid`, `random` or
-`from_points`. Only pytree-leaf fields of a Config (numeric hyperparameters) may vary, so every point shares one
-compiled program; `Sweep.configs` holds the points stacked, every leaf a [C] array."""
+`from_points` (or from the text of `jaxrl sweep`'s flags, `from_flags`). Only pytree-leaf fields of a Config
+(numeric hyperparameters) may vary, so every point shares one compiled program; `Sweep.configs` holds the points
+stacked, every leaf a [C] array."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -65,7 +67,8 @@ def _check_names(config, names) -> None:
             )
 
 
-def _leaf_dtype(default):
+def leaf_dtype(default):
+    """The dtype of a hyperparameter's [C] leaf: bool, int32 for integers, float32 otherwise."""
     if isinstance(default, (bool, np.bool_)):
         return jnp.bool_
     if isinstance(default, (int, np.integer)):
@@ -81,7 +84,7 @@ def _stack(base, points: list[dict[str, Any]]):
         if is_static(field):
             continue
         default = getattr(base, name)
-        dtype = _leaf_dtype(default)
+        dtype = leaf_dtype(default)
         leaves[name] = jnp.asarray(np.array([p.get(name, default) for p in points]), dtype)
     return base.replace(**leaves)
 
@@ -164,3 +167,84 @@ def random(config, num: int, seed: int = 0, **distributions) -> Sweep:
         columns[name] = [_plain(x) for x in draws]
     points = [{n: columns[n][j] for n in columns} for j in range(num)]
     return from_points(config, points)
+
+
+DIST_KINDS = {
+    "uniform": "uniform",
+    "loguniform": "log_uniform",
+    "log_uniform": "log_uniform",
+    "int": "int_uniform",
+    "int_uniform": "int_uniform",
+}
+
+
+def _integer(text: str) -> int:
+    """500000, 5e5 or 500_000 as an int; ValueError for anything else."""
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value != int(value):
+        raise ValueError(f"{text} is not an integer")
+    return int(value)
+
+
+def field_value(config_cls, name: str, text: str):
+    """`text` parsed as a value of Config field `name` (int fields accept 5e5 or 500_000, bool fields true/false);
+    ValueError naming the field otherwise."""
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    if name not in fields:
+        raise ValueError(f"Config.{name}: unknown field of {config_cls.__module__}.Config.")
+    default = fields[name].default
+    if isinstance(default, bool):
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"Config.{name}: {text!r} is not true or false.")
+        return text.lower() in ("true", "1")
+    if isinstance(default, int):
+        return _integer(text)
+    return float(text)
+
+
+def _split_assignment(text: str, flag: str) -> tuple[str, str]:
+    name, sep, values = text.partition("=")
+    if not sep or not name or not values:
+        raise ValueError(f"{flag} {text!r}: expected NAME=VALUES, e.g. {flag} learning_rate=1e-3,3e-3.")
+    return name.strip().replace("-", "_"), values.strip()
+
+
+def from_flags(base, grid_specs=None, random_points=None, dist_specs=None, random_seed: int = 0) -> Sweep:
+    """The Sweep over `base` that the flags of `jaxrl sweep` give: `grid_specs` ["NAME=V1,V2", ...] (their cartesian
+    product), or `random_points` N with `dist_specs` ["NAME=KIND:LOW:HIGH" (KIND one of DIST_KINDS) or "NAME=V1,V2,...",
+    ...] drawn with `random_seed`; none of them: the base config alone. ValueError naming the flag otherwise."""
+    config_cls = type(base)
+    if random_points is not None:
+        if grid_specs:
+            raise ValueError("use either --grid or --random with --dist, not both.")
+        if not dist_specs:
+            raise ValueError("--random N needs at least one --dist NAME=KIND:LOW:HIGH (or NAME=V1,V2,...).")
+        dists = {}
+        for text in dist_specs:
+            name, spec = _split_assignment(text, "--dist")
+            kind, _, bounds = spec.partition(":")
+            if kind.lower() in DIST_KINDS:
+                low, sep, high = bounds.partition(":")
+                if not sep:
+                    raise ValueError(f"--dist {text!r}: expected {name}={kind}:LOW:HIGH.")
+                dists[name] = (
+                    DIST_KINDS[kind.lower()],
+                    field_value(config_cls, name, low),
+                    field_value(config_cls, name, high),
+                )
+            elif ":" in spec:
+                known = ", ".join(sorted(DIST_KINDS))
+                raise ValueError(f"--dist {text!r}: unknown distribution {kind!r}; use one of {known}, or V1,V2,...")
+            else:
+                dists[name] = [field_value(config_cls, name, v) for v in spec.split(",") if v]
+        return random(base, random_points, seed=random_seed, **dists)
+    if dist_specs:
+        raise ValueError("--dist needs --random N (the number of points to draw).")
+    values = {}
+    for text in grid_specs or []:
+        name, spec = _split_assignment(text, "--grid")
+        values[name] = [field_value(config_cls, name, v) for v in spec.split(",") if v]
+    return grid(base, **values) if values else from_points(base, [{}])

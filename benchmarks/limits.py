@@ -1,0 +1,464 @@
+"""Where one device's time goes: jaxrl's steps against the limits they cannot beat, each a ratio from one run.
+
+    python -m benchmarks.limits            # PureJaxRL's CartPole configs (PPO 4 envs x 128 steps; DQN 10 envs)
+    python -m benchmarks.limits --quick    # fewer iterations
+
+(a) Rollout, at 4 and 2048 envs: `rollout.rollout` as PPO's update calls it (the critic after the scan, the
+    truncation bootstrap) against the env-only limit (random actions) and the env + policy-forward limit (the
+    actor's forward pass and sampling, nothing stored), `benchmarks.throughput.env_loop`.
+(b) PPO's update phase: `update_epochs` x `num_minibatches` minibatch steps of jaxrl (`ppo.loss_fn` through
+    `actor_critic.minibatch_updates`) against the same steps written as plainly as possible: a flax 2 x 64 tanh
+    actor and critic, distrax's categorical, the clipped surrogate and the clipped value loss, an entropy bonus,
+    `optax.chain(clip_by_global_norm, adam)`, shuffled minibatches in a `lax.scan` (PureJaxRL's shape).
+(c) One DQN iteration (`dqn.update`, learning on) against its parts, each scanned alone the same number of
+    times: the epsilon-greedy env step, the replay add, the replay sample, the gradient step, the target copy.
+(d) Compile seconds split into tracing + lowering (`jax.jit(f).lower`) and XLA (`.compile()`) for PPO's and
+    DQN's whole train and a 12-point learning-rate sweep of PPO (`jax.vmap` over Configs).
+Every program's size is its HLO instruction count outside fusions (`ops`): the operations the CPU runtime
+dispatches one by one. Results: `benchmarks/results/limits.{json,md}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import functools
+import os
+import time
+
+import distrax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from benchmarks.common import machine, write_json
+from benchmarks.throughput import PUREJAXRL, env_loop, random_act
+from jaxrl import replay
+from jaxrl import rollout as rollout_lib
+from jaxrl.algos import dqn, ppo
+from jaxrl.algos.base import train as base_train
+from jaxrl.algos.families import actor_critic, q_learning
+
+RESULTS = os.path.join(os.path.dirname(__file__), "results", "limits")
+DQN_CONFIG = dict(
+    num_envs=10,
+    num_steps=1,
+    total_timesteps=500_000,
+    hidden_sizes=(120, 84),
+    activation="relu",
+    learning_starts=10,
+    target_update_interval=50,
+    epsilon_decay_fraction=0.5,
+)
+
+
+def ops(compiled) -> int:
+    """HLO instructions outside fused computations in `compiled`'s optimised module."""
+    count, inside_fusion = 0, False
+    for line in compiled.as_text().splitlines():
+        stripped = line.strip()
+        if stripped.endswith("{") and ("(" in stripped or stripped.startswith("ENTRY")):
+            inside_fusion = "fus" in stripped.split(" ")[0] or "fused" in stripped.split("(")[0]
+        elif " = " in stripped and not inside_fusion:
+            count += 1
+    return count
+
+
+def timed(fn, *args, repeats: int) -> dict:
+    """Compiles `jax.jit(fn)` (tracing + lowering, then XLA) and runs it `repeats` times: the best run."""
+    start = time.perf_counter()
+    lowered = jax.jit(fn).lower(*args)
+    lower_s = time.perf_counter() - start
+    compiled = lowered.compile()
+    compile_s = time.perf_counter() - start - lower_s
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        best = min(best, time.perf_counter() - start)
+    return {"trace_s": lower_s, "xla_s": compile_s, "run_s": best, "ops": ops(compiled)}
+
+
+# ------------------------------------------------------------------------------------------------- (a) rollout
+
+
+def rollout_section(num_envs: int, iterations: int, repeats: int, key) -> list[dict]:
+    config = ppo.Config(**{**PUREJAXRL, "num_envs": num_envs, "total_timesteps": num_envs * 128 * iterations})
+    setup = ppo.setup(config)
+    state = ppo.init(setup, config, key)
+    length = iterations * config.num_steps
+    args = (state.params, state.env, key)
+
+    def jaxrl_rollouts(params, carry, key):
+        act, value = actor_critic.behaviour(setup.network, params)
+
+        def one(carry, k):
+            carry, traj = rollout_lib.rollout(setup.env, act, value, carry, k, config.num_steps)
+            return carry, sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(traj))
+
+        return jax.lax.scan(one, carry, jax.random.split(key, iterations))[1].sum()
+
+    cases = {
+        "env only (random actions)": env_loop(setup.env, lambda p: random_act(setup.env.spec), length),
+        "env + policy forward": env_loop(setup.env, lambda p: actor_critic.behaviour(setup.network, p)[0], length),
+        "jaxrl rollout (critic, bootstrap, stored)": jaxrl_rollouts,
+    }
+    rows = []
+    for name, fn in cases.items():
+        r = timed(fn, *args, repeats=repeats)
+        rows.append(
+            {"section": "a", "case": name, "num_envs": num_envs, "steps_per_s": length * num_envs / r["run_s"], **r}
+        )
+    limit = rows[1]["steps_per_s"]
+    for r in rows:
+        r["of_policy_forward_limit"] = r["steps_per_s"] / limit
+    return rows
+
+
+# ------------------------------------------------------------------------------------------- (b) PPO minibatches
+
+
+class PlainActorCritic(nn.Module):
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, x):
+        def mlp(x, out, gain):
+            for _ in range(2):
+                x = nn.tanh(nn.Dense(64, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+            return nn.Dense(out, kernel_init=nn.initializers.orthogonal(gain))(x)
+
+        return distrax.Categorical(logits=mlp(x, self.action_dim, 0.01)), mlp(x, 1, 1.0)[..., 0]
+
+
+def plain_updates(config, batch_size: int, obs_dim: int, action_dim: int):
+    """`(params, opt_state, batch, key) -> (params, opt_state)`: PPO's epochs of minibatch steps, plainly."""
+    network = PlainActorCritic(action_dim)
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate, eps=1e-5))
+
+    def loss(params, mb):
+        dist, value = network.apply(params, mb["obs"])
+        log_prob = dist.log_prob(mb["actions"])
+        clipped_value = mb["values"] + jnp.clip(value - mb["values"], -config.clip_eps, config.clip_eps)
+        value_loss = 0.5 * jnp.maximum((value - mb["targets"]) ** 2, (clipped_value - mb["targets"]) ** 2).mean()
+        ratio = jnp.exp(log_prob - mb["log_probs"])
+        adv = (mb["advantages"] - mb["advantages"].mean()) / (mb["advantages"].std() + 1e-8)
+        surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - config.clip_eps, 1 + config.clip_eps) * adv)
+        return -surrogate.mean() + config.vf_coef * value_loss - config.ent_coef * dist.entropy().mean()
+
+    def updates(params, opt_state, batch, key):
+        def epoch(train, k):
+            order = jax.random.permutation(k, batch_size)
+            mbs = jax.tree.map(lambda x: x[order].reshape((config.num_minibatches, -1) + x.shape[1:]), batch)
+
+            def step(train, mb):
+                params, opt_state = train
+                grads = jax.grad(loss)(params, mb)
+                u, opt_state = optimizer.update(grads, opt_state, params)
+                return (optax.apply_updates(params, u), opt_state), None
+
+            return jax.lax.scan(step, train, mbs)[0], None
+
+        return jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, config.update_epochs))[0]
+
+    return network, optimizer, updates
+
+
+def ppo_update_section(iterations: int, repeats: int, key) -> list[dict]:
+    config = ppo.Config(**{**PUREJAXRL, "anneal_lr": False})
+    setup = ppo.setup(config)
+    state = ppo.init(setup, config, key)
+    n = config.num_envs * config.num_steps
+    spec = setup.env.spec
+    k = jax.random.split(key, 4)
+    batch = {
+        "obs": jax.random.normal(k[0], (config.num_steps, config.num_envs, *spec.observation_shape)),
+        "actions": jax.random.randint(k[1], (config.num_steps, config.num_envs), 0, spec.action_dim),
+        "log_probs": jnp.full((config.num_steps, config.num_envs), -np.log(spec.action_dim), jnp.float32),
+        "values": jnp.zeros((config.num_steps, config.num_envs)),
+        "advantages": jax.random.normal(k[2], (config.num_steps, config.num_envs)),
+        "targets": jax.random.normal(k[3], (config.num_steps, config.num_envs)),
+    }
+
+    def jaxrl_updates(params, opt_state, batch, key):
+        def loss(p, mb):
+            return ppo.loss_fn(p, setup, config, mb)
+
+        def one(train, k):
+            params, opt_state = train
+            params, opt_state, _ = actor_critic.minibatch_updates(config, loss, params, opt_state, batch, k)
+            return (params, opt_state), None
+
+        return jax.lax.scan(one, (params, opt_state), jax.random.split(key, iterations))[0]
+
+    network, optimizer, plain = plain_updates(config, n, spec.observation_shape[0], spec.action_dim)
+    plain_params = network.init(key, batch["obs"][0])
+    flat = jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), batch)
+
+    def plain_loop(params, opt_state, batch, key):
+        def one(train, k):
+            return plain(*train, batch, k), None
+
+        return jax.lax.scan(one, (params, opt_state), jax.random.split(key, iterations))[0]
+
+    steps = iterations * config.updates_per_iteration
+    rows = []
+    for name, fn, args in (
+        (
+            "jaxrl minibatch steps (ppo.loss_fn, minibatch_updates)",
+            jaxrl_updates,
+            (state.params, state.opt_state, batch, key),
+        ),
+        (
+            "plain minibatch steps (PureJaxRL's shape)",
+            plain_loop,
+            (plain_params, optimizer.init(plain_params), flat, key),
+        ),
+    ):
+        r = timed(fn, *args, repeats=repeats)
+        rows.append(
+            {
+                "section": "b",
+                "case": name,
+                "us_per_step": 1e6 * r["run_s"] / steps,
+                "minibatch": n // config.num_minibatches,
+                **r,
+            }
+        )
+    rows[0]["of_plain"] = rows[0]["run_s"] / rows[1]["run_s"]
+    return rows
+
+
+def step_cost_section(iterations: int, repeats: int, key) -> list[dict]:
+    """The plain PPO minibatch step alone (one epoch, one minibatch) at batch sizes B. The step at B = 8 does
+    almost no arithmetic: its time is the floor that dispatching the step's operations costs at any batch, and
+    t(8) / t(128) the share of that floor in a step at PureJaxRL's minibatch of 128."""
+    config = dataclasses.replace(ppo.Config(**PUREJAXRL), update_epochs=1, num_minibatches=1)
+    rows = []
+    for size in (8, 32, 128, 512):
+        network, optimizer, plain = plain_updates(config, size, 4, 2)
+        draws = jax.random.split(key, 3)
+        batch = {
+            "obs": jax.random.normal(draws[0], (size, 4)),
+            "actions": jax.random.randint(draws[1], (size,), 0, 2),
+            "log_probs": jnp.full((size,), -np.log(2.0), jnp.float32),
+            "values": jnp.zeros((size,)),
+            "advantages": jax.random.normal(draws[2], (size,)),
+            "targets": jnp.ones((size,)),
+        }
+        params = network.init(key, batch["obs"][:1])
+
+        def loop(params, opt_state, batch, key, plain=plain, batch_of_size=batch):
+            def one(train, k):
+                return plain(*train, batch_of_size, k), None
+
+            return jax.lax.scan(one, (params, opt_state), jax.random.split(key, iterations))[0]
+
+        r = timed(loop, params, optimizer.init(params), batch, key, repeats=repeats)
+        rows.append(
+            {
+                "section": "b2",
+                "case": f"plain step, batch {size}",
+                "batch": size,
+                "us_per_step": 1e6 * r["run_s"] / iterations,
+                **r,
+            }
+        )
+    floor = rows[0]["us_per_step"]
+    for r in rows:
+        r["floor_share"] = floor / r["us_per_step"]
+    return rows
+
+
+# -------------------------------------------------------------------------------------------------- (c) DQN parts
+
+
+def dqn_section(iterations: int, repeats: int, key) -> list[dict]:
+    config = dqn.Config(**DQN_CONFIG)
+    setup = dqn.setup(config)
+    state = dqn.init(setup, config, key)
+    warm = jax.jit(lambda s: jax.lax.fori_loop(0, 200, lambda i, s: dqn.update(setup, config, s)[0], s))(state)
+    network, optimizer = setup.network, dqn.make_optimizer(config)
+    act = q_learning.behaviour(network, warm.params, 0.1)
+    batch_of = functools.partial(replay.sample, batch_size=config.replay_batch_size)
+
+    def whole(s, key):
+        return jax.lax.scan(lambda s, _: (dqn.update(setup, config, s)[0], None), s, None, iterations)[0]
+
+    def env_step(s, key):
+        def one(carry, k):
+            carry, traj = rollout_lib.rollout(
+                setup.env, act, rollout_lib.no_critic(setup.env), carry, k, 1, keep_next_obs=True
+            )
+            return carry, traj.rewards.sum()
+
+        return jax.lax.scan(one, s.env, jax.random.split(key, iterations))[1].sum()
+
+    _, traj = rollout_lib.rollout(
+        setup.env, act, rollout_lib.no_critic(setup.env), warm.env, key, 1, keep_next_obs=True
+    )
+    items = dqn.transitions(traj)
+
+    def add(s, key):
+        return jax.lax.scan(lambda b, _: (replay.add(b, items), None), s.buffer, None, iterations)[0]
+
+    def sample(s, key):
+        return jax.lax.scan(
+            lambda t, k: (t + batch_of(s.buffer, k)["rewards"].sum(), None), 0.0, jax.random.split(key, iterations)
+        )[0]
+
+    def gradient(s, key):
+        def one(learner, k):
+            return dqn.gradient_step(config, network, optimizer, s.target_params, s.buffer, 0.4, learner, k)
+
+        return jax.lax.scan(one, (s.params, s.opt_state, None), jax.random.split(key, iterations))[0][0]
+
+    def target(s, key):
+        def one(t, i):
+            moved = optax.incremental_update(s.params, t, config.tau)
+            return jax.tree.map(lambda a, b: jnp.where(i % 50 == 0, a, b), moved, t), None
+
+        return jax.lax.scan(one, s.target_params, jnp.arange(iterations))[0]
+
+    rows = []
+    for name, fn in (
+        ("dqn.update (one iteration, learning on)", whole),
+        ("epsilon-greedy env step (10 envs)", env_step),
+        ("replay add", add),
+        ("replay sample (128)", sample),
+        ("gradient step (128)", gradient),
+        ("target update", target),
+    ):
+        r = timed(fn, warm, key, repeats=repeats)
+        rows.append({"section": "c", "case": name, "us_per_iteration": 1e6 * r["run_s"] / iterations, **r})
+    rows[0]["sum_of_parts_us"] = sum(r["us_per_iteration"] for r in rows[1:])
+    return rows
+
+
+# -------------------------------------------------------------------------------------------------- (d) compiles
+
+
+def compile_section(key) -> list[dict]:
+    ppo_config = ppo.Config(**PUREJAXRL)
+    dqn_config = dqn.Config(**DQN_CONFIG)
+    rates = jnp.logspace(-4, -2, 12)
+    sweep = jax.vmap(
+        lambda lr, k: base_train(dataclasses.replace(ppo_config, learning_rate=lr), k)[1]["episode_return"]
+    )
+    rows = []
+    for name, fn, args in (
+        ("PPO train", functools.partial(base_train, ppo_config), (key,)),
+        ("DQN train", functools.partial(base_train, dqn_config), (key,)),
+        ("PPO 12-point learning-rate sweep", sweep, (rates, jax.random.split(key, 12))),
+    ):
+        start = time.perf_counter()
+        lowered = jax.jit(fn).lower(*args)
+        trace_s = time.perf_counter() - start
+        compiled = lowered.compile()
+        rows.append(
+            {
+                "section": "d",
+                "case": name,
+                "trace_s": trace_s,
+                "xla_s": time.perf_counter() - start - trace_s,
+                "ops": ops(compiled),
+            }
+        )
+    return rows
+
+
+def markdown(rows: list[dict], record: dict) -> str:
+    out = [
+        "# Where one device's time goes (`python -m benchmarks.limits`)",
+        "",
+        f"jaxrl at {record['commit']}, {record['machine']['processor']}, {record['machine']['cpu_count']} CPUs, "
+        f"XLA_FLAGS={record['xla_flags']!r}, load before {record['load_before']}, after {record['load_after']}.",
+        "",
+        "## (a) Rollout against the env-only and env + policy-forward limits",
+        "| num_envs | case | env steps/s | of the env + policy limit | ops |",
+        "|---|---|---|---|---|",
+    ]
+    out += [
+        f"| {r['num_envs']} | {r['case']} | {r['steps_per_s']:,.0f} | {r['of_policy_forward_limit']:.2f} | {r['ops']} |"
+        for r in rows
+        if r["section"] == "a"
+    ]
+    out += [
+        "",
+        "## (b) PPO minibatch steps against the plain step",
+        "| case | us per minibatch step | ratio to plain | ops |",
+        "|---|---|---|---|",
+    ]
+    out += [
+        f"| {r['case']} | {r['us_per_step']:.0f} | {r.get('of_plain', 1.0):.2f} | {r['ops']} |"
+        for r in rows
+        if r["section"] == "b"
+    ]
+    cost = [r for r in rows if r["section"] == "b2"]
+    out += [
+        "",
+        "Cost of the plain step against its batch size (one epoch, one minibatch):",
+        "| batch | us per step | ops |",
+        "|---|---|---|",
+    ]
+    out += [f"| {r['batch']} | {r['us_per_step']:.0f} | {r['ops']} |" for r in cost]
+    at_128 = [r for r in cost if r["batch"] == 128]
+    if at_128:
+        share = at_128[0]["floor_share"]
+        out += ["", f"The step at batch 8 (almost no arithmetic) takes {share:.0%} of the step at batch 128."]
+    out += ["", "## (c) One DQN iteration against its parts", "| case | us per iteration | ops |", "|---|---|---|"]
+    out += [f"| {r['case']} | {r['us_per_iteration']:.1f} | {r['ops']} |" for r in rows if r["section"] == "c"]
+    whole = next(r for r in rows if r["section"] == "c")
+    out += [f"| sum of the parts | {whole['sum_of_parts_us']:.1f} | |"]
+    out += [
+        "",
+        "## (d) Compile seconds: tracing + lowering and XLA",
+        "| program | trace s | XLA s | ops |",
+        "|---|---|---|---|",
+    ]
+    out += [
+        f"| {r['case']} | {r['trace_s']:.1f} | {r['xla_s']:.1f} | {r['ops']} |" for r in rows if r["section"] == "d"
+    ]
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=RESULTS)
+    args = parser.parse_args(argv)
+    scale = 0.2 if args.quick else 1.0
+    key = jax.random.key(0)
+    load_before = os.getloadavg()
+    rows = []
+    rows += rollout_section(4, int(200 * scale), args.repeats, key)
+    rows += rollout_section(2048, max(1, int(10 * scale)), args.repeats, key)
+    rows += ppo_update_section(int(200 * scale), args.repeats, key)
+    rows += step_cost_section(int(1000 * scale), args.repeats, key)
+    rows += dqn_section(int(5000 * scale), args.repeats, key)
+    rows += compile_section(key)
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    record = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit,
+        "machine": machine(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "rows": rows,
+    }
+    write_json(args.out + ".json", record)
+    text = markdown(rows, record)
+    with open(args.out + ".md", "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

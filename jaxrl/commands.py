@@ -1,0 +1,275 @@
+"""What each `jaxrl` command does once its command line is parsed (`jaxrl.cli` parses and dispatches): train,
+sweep, eval, plot, pbt, render and report, each a function of the parsed arguments that returns the exit status.
+JAX and the algorithms are imported inside them, so importing this module starts neither."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def config_from_args(config_cls, args: argparse.Namespace):
+    """The Config the flags give: the defaults (or, with `--preset`, `jaxrl.presets.get(ALGO, --env)`), then
+    every flag given on top."""
+    overrides = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls) if getattr(args, f.name, None) is not None
+    }
+    if getattr(args, "preset", False):
+        from jaxrl import presets
+
+        env = overrides.pop("env", config_cls().env)
+        return presets.get(args.algo, env, **overrides)
+    return config_cls(**overrides)
+
+
+def start_jax(args, what: str) -> None:
+    """Joins the processes of a multi-process command (--cpu-cores CPU devices each, default one), or makes
+    --cpu-cores CPU devices (default: one per core this process may use), before JAX initialises its backend;
+    turns on the compilation cache unless --compile-cache none."""
+    from jaxrl.sweep.devices import default_cpu_cores, start_processes
+
+    single = args.coordinator is None and args.num_processes == 1  # processes that share a host share its cores
+    cores = args.cpu_cores if args.cpu_cores is not None or not single else default_cpu_cores()
+    start_processes(args.coordinator, args.num_processes, args.process_id, cores, what)
+    if args.compile_cache.lower() != "none":
+        from jaxrl.run.compile import enable_compilation_cache
+
+        enable_compilation_cache(args.compile_cache)
+
+
+def status(args, text: str) -> None:
+    """A status line on a terminal (stderr a tty, the progress bar on): what the command is doing before its
+    progress bar can show anything."""
+    if not getattr(args, "no_progress", False) and sys.stderr.isatty():
+        print(f"jaxrl {args.command} {args.algo}: {text}", file=sys.stderr, flush=True)
+
+
+def train_command(args) -> int:
+    """`jaxrl train ALGO ...` (or `--resume RUN_DIR`): validates, names the run folder, trains, prints the summary."""
+    status(args, f"starting JAX and {args.algo}")
+    from jaxrl.algos import ALGORITHMS
+    from jaxrl.algos.base import to_dict
+    from jaxrl.run import folder, hosts, loop, report
+
+    module = ALGORITHMS[args.algo]
+    start_jax(args, "training")
+    hosts.check_backend()
+    import jax
+
+    lead = jax.process_index() == 0  # over several processes, process 0 alone writes and prints
+    run_flags = {k: getattr(args, k) for k in folder.RUN_DEFAULTS if getattr(args, k) is not None}
+    if args.resume:
+        given = {f.name: getattr(args, f.name) for f in dataclasses.fields(module.Config) if hasattr(args, f.name)}
+        config, settings = folder.resume_settings(Path(args.resume), args.algo, {**given, **run_flags})
+    else:
+        config, settings = config_from_args(module.Config, args), {**folder.RUN_DEFAULTS, **run_flags}
+    if args.devices in (None, "auto"):
+        from jaxrl.algos.base import auto_devices
+
+        args.devices = "all" if jax.process_count() > 1 else auto_devices(config, settings["seeds"])
+    flags = {k: getattr(args, k) for k in ("checkpoint_every", "devices", "tensorboard", "target_return")}
+    flags.update(num_chunks=args.chunks, progress=not args.no_progress, run_dir=args.resume, resume=bool(args.resume))
+    plan = loop.validate_run(module, config, loop.RunOptions(**settings, **flags))  # before a run folder is named
+    made = []  # the folders a new run's name made (removed again when the run leaves them empty)
+    if not args.resume:
+        if args.run_dir:
+            named = Path(args.run_dir)
+        else:  # claimed at once (mkdir): another run started in the same second gets its own folder
+            made = [p for p in [*reversed(Path(args.runs_dir).parents), Path(args.runs_dir)] if not p.exists()]
+            named = folder.make_run_dir(args.runs_dir, args.algo, config, create=lead)
+            made = made + [named] if lead else []
+        plan = plan.with_options(run_dir=named)
+    run_dir = Path(plan.options.run_dir)
+    if args.wandb and lead:
+        from jaxrl.run.logging import WandbSink
+
+        sink = WandbSink(args.wandb, name=run_dir.name, config={"algo": args.algo, **to_dict(config)})
+        plan = plan.with_options(sinks=[sink])
+    try:
+        result = loop.execute(plan)
+    except loop.Interrupted as stop:
+        print(f"jaxrl: {stop.explain(args.algo, bool(args.resume))}", file=sys.stderr)
+        return stop.exit_status  # 130 (Ctrl-C) or 143 (SIGTERM)
+    except loop.Divergence as error:
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return 3
+    finally:
+        folder.remove(made, [])  # only what is still empty: a run that stopped before writing anything
+    if not lead:
+        print(f"process {jax.process_index()}: done")
+        return 0
+    print(report.format_summary(report.summary(result, args.target_return)))
+    print(f"run folder          {run_dir}")
+    return 0
+
+
+def run_sweep(args) -> int:
+    """`jaxrl sweep ALGO ...`: one compiled program over configs x seeds, sharded over the devices of one or
+    several processes; process 0 writes results.csv, summary.csv and sweep.json to --out."""
+    from jaxrl import sweep
+    from jaxrl.algos import ALGORITHMS
+    from jaxrl.algos.base import to_dict
+    from jaxrl.sweep import parts
+    from jaxrl.sweep.summary import write_sweep
+
+    module = ALGORITHMS[args.algo]
+    start_jax(args, "sweep")
+    import jax
+
+    try:
+        base = config_from_args(module.Config, args)
+        module.validate(base)
+        points = sweep.space.from_flags(base, args.grid, args.random, args.dist, args.random_seed)
+        devices = sweep.program.sweep_devices(base, len(points), args.seeds, args.devices)
+        if jax.process_index() == 0:  # where the results go must be writable before anything trains
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        counts = f"{len(points)} config(s) x {args.seeds} seed(s) over {len(devices)} device(s)"
+        if jax.process_index() == 0:
+            print(f"sweep {args.algo} on {base.env}: {counts} in {jax.process_count()} process(es)", flush=True)
+        options = dict(seeds=args.seeds, seed=args.seed, algo=module, devices=devices, method=args.method)
+        if args.points_per_program is None:
+            results = sweep.run(points, **options, keep_state=False)
+        else:
+            finished = [0]  # points whose results are written
+
+            def write_part(so_far):
+                if jax.process_index() == 0:
+                    write_sweep(
+                        Path(args.out), so_far, so_far, args.algo, to_dict(base), args.final_fraction, len(points)
+                    )
+                finished[0] = len(so_far.points)
+
+            try:
+                results = parts.run(points, args.points_per_program, write_part, **options, keep_state=False)
+            except KeyboardInterrupt:
+                if jax.process_index() == 0:
+                    where = f"are in {args.out}" if finished[0] else "were written (none had finished)"
+                    print(f"jaxrl: interrupted: the results of {finished[0]} of {len(points)} points {where}",
+                          file=sys.stderr)  # fmt: skip
+                return 130
+    except (TypeError, ValueError) as error:
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return 2
+    if jax.process_index() != 0:  # process 0 alone writes and prints the summary
+        print(f"process {jax.process_index()}: done (compile {results.compile_s:.1f} s, run {results.run_s:.2f} s)")
+        return 0
+    print(write_sweep(Path(args.out), results, points, args.algo, to_dict(base), args.final_fraction))
+    return 0
+
+
+def eval_command(args) -> int:
+    """`jaxrl eval RUN_DIR`: the latest checkpoint of every seed on fresh episodes."""
+    from jaxrl.run.evaluate import evaluate_checkpoint
+    from jaxrl.run.hosts import check_backend
+
+    check_backend()
+    for line in evaluate_checkpoint(Path(args.run_dir), args.episodes, args.seed):
+        print(line)  # each as soon as it is measured
+    return 0
+
+
+def plot_command(args) -> int:
+    from jaxrl.plot import plot
+
+    try:
+        print(plot(args.run_dirs, args.sensitivity, args.out, args.metric, args.x, args.final_fraction))
+    except (OSError, KeyError, ValueError) as error:
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+PBT_DEFAULTS = {"population": 8, "ready": 10, "truncation": 0.25, "resample_probability": 0.25}
+
+
+def _pbt_settings(args, module):
+    """(Config, PBTConfig, seed, chunks) of `jaxrl pbt`: from the flags, or with --resume from the folder (a flag
+    given with another value than the folder's is refused in one line)."""
+    from jaxrl import pbt
+
+    explore = dict(spec.split("=", 1) for spec in args.explore or [])
+    if not args.resume:
+        given = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in PBT_DEFAULTS.items()}
+        settings = pbt.PBTConfig(**given, explore=explore)
+        return config_from_args(module.Config, args), settings, args.seed or 0, args.chunks or 10
+    algo, config, settings, seed, chunks = pbt.resume_settings(args.resume)
+    if algo != args.algo:
+        raise ValueError(f"--resume {args.resume}: it is a {algo} population; continue it with jaxrl pbt {algo}.")
+    saved = {**dataclasses.asdict(settings), "seed": seed, "chunks": chunks}
+    given = {k: getattr(args, k) for k in (*PBT_DEFAULTS, "seed", "chunks") if getattr(args, k) is not None}
+    given |= {f.name: getattr(args, f.name) for f in dataclasses.fields(config) if hasattr(args, f.name)}
+    if explore:
+        given["explore"] = explore
+    saved |= {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    changed = [k for k, v in given.items() if (list(v) if isinstance(v, tuple) else v) != (
+        list(saved[k]) if isinstance(saved[k], tuple) else saved[k])]  # fmt: skip
+    if changed:
+        flags = ", ".join("--" + k.replace("_", "-") for k in changed)
+        raise ValueError(f"--resume {args.resume} keeps the population's settings, but {flags} differ: drop them.")
+    return config, settings, seed, chunks
+
+
+def pbt_command(args) -> int:
+    """`jaxrl pbt ALGO ...` (or `--resume DIR`): one population in compiled chunks with checkpoints; writes its
+    folder to --out."""
+    from jaxrl import pbt
+    from jaxrl.algos import ALGORITHMS
+    from jaxrl.run import checkpoint, folder, loop
+
+    module = ALGORITHMS[args.algo]
+    start_jax(args, "pbt")
+    out = args.resume or args.out
+    try:
+        config, settings, seed, chunks = _pbt_settings(args, module)
+        module.validate(config)
+        options = dict(num_chunks=chunks, checkpoint_every=args.checkpoint_every, resume=bool(args.resume))
+        options |= dict(progress=not args.no_progress, devices=args.devices)
+        log = lambda s: print(s, flush=True)  # noqa: E731
+        print(pbt.run_to_folder(out, args.algo, config, settings, seed, log=log, **options))
+    except loop.Interrupted as stop:
+        print(f"jaxrl: {stop.explain(args.algo, bool(args.resume), command='pbt')}", file=sys.stderr)
+        return stop.exit_status
+    except (TypeError, ValueError, checkpoint.CheckpointError) as error:
+        text = one_line(error)
+        if isinstance(error, folder.RunDirError):  # the run folder's messages name jaxrl train's flag
+            text = text.replace("--run-dir", "--out")
+        print(f"jaxrl: error: {text}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def render_command(args) -> int:
+    from jaxrl.render import render_run
+
+    for line in render_run(args.run_dir, args.out, args.seed_index, args.episodes, not args.stochastic, args.seed,
+                           args.fps, progress=True):  # fmt: skip
+        print(line)
+    return 0
+
+
+def report_command(args) -> int:
+    from jaxrl.report import write_report
+
+    try:
+        print(write_report(args.paths, args.out, args.reps, args.seed))
+    except (OSError, KeyError, ValueError) as error:
+        print(f"jaxrl: error: {one_line(error)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+RUNNERS = {
+    "train": train_command,
+    "sweep": run_sweep,
+    "eval": eval_command,
+    "plot": plot_command,
+    "pbt": pbt_command,
+    "render": render_command,
+    "report": report_command,
+}

@@ -1,0 +1,102 @@
+"""gymnax 1.x environments as `VecEnv`s: `GymnaxVecEnv` vmaps one gymnax environment over `num_envs` copies,
+auto-reset by gymnax, with the true successor in `info["final_observation"]`.
+
+gymnax is imported on first use, not with this module: its import creates JAX arrays, which initialises JAX's
+backends, after which the CPU device count (`jaxrl.sweep.use_cpu_cores`) and `jax.distributed.initialize`
+can no longer be set up.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl.envs.spec import EnvSpec
+
+
+def _gymnax():
+    """The gymnax module, imported on first use (see the module docstring)."""
+    import gymnax
+
+    return gymnax
+
+
+def ids() -> list[str]:
+    """The ids of gymnax's own environments."""
+    return _gymnax().registered_envs
+
+
+class GymnaxVecEnv:
+    """`num_envs` copies of one gymnax environment, stepped with `jax.vmap` and auto-reset by gymnax."""
+
+    def __init__(self, env, params, num_envs: int, spec: EnvSpec):
+        self.env, self.params, self.num_envs, self.spec = env, params, num_envs, spec
+
+    def max_truncations(self, num_steps: int) -> int:
+        """An upper bound on the truncated steps in a window of `num_steps` steps of all envs.
+
+        gymnax truncates when an episode reaches `max_steps_in_episode`, so one env truncates at most once
+        per that many steps; an env that overrides `is_truncated` gets the trivial bound.
+        """
+        limit = getattr(self.params, "max_steps_in_episode", None)
+        from gymnax.environments.environment import Environment
+
+        standard = getattr(type(self.env), "is_truncated", None) is Environment.is_truncated
+        if not standard or not isinstance(limit, int) or limit < 1:
+            return num_steps * self.num_envs
+        return self.num_envs * min(num_steps, -(-num_steps // limit))
+
+    def reset(self, key: jax.Array):
+        keys = jax.random.split(key, self.num_envs)
+        obs, state = jax.vmap(self.env.reset, in_axes=(0, None))(keys, self.params)
+        return _as_float(obs), state
+
+    def step(self, key: jax.Array, state, action: jax.Array):
+        keys = jax.random.split(key, self.num_envs)
+        obs, state, reward, terminated, truncated, info = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))(
+            keys, state, action, self.params
+        )
+        info = {"final_observation": _as_float(info["final_observation"])}
+        return (
+            _as_float(obs),
+            state,
+            reward.astype(jnp.float32),
+            terminated.astype(bool),
+            truncated.astype(bool),
+            info,
+        )
+
+
+def _as_float(obs):
+    return obs.astype(jnp.float32)
+
+
+def spec_of(env_id: str, env, params) -> EnvSpec:
+    """The EnvSpec of a gymnax environment (Discrete or Box actions)."""
+    from gymnax.environments import spaces
+
+    action_space = env.action_space(params)
+    obs_shape = tuple(env.observation_space(params).shape)
+    if isinstance(action_space, spaces.Discrete):
+        return EnvSpec(env_id, obs_shape, True, int(action_space.n))
+    if isinstance(action_space, spaces.Box):
+        shape = tuple(action_space.shape) or (1,)
+        low = jnp.broadcast_to(jnp.asarray(action_space.low, jnp.float32), shape)
+        high = jnp.broadcast_to(jnp.asarray(action_space.high, jnp.float32), shape)
+        return EnvSpec(env_id, obs_shape, False, int(shape[0]), low, high)
+    raise ValueError(f"{env_id}: unsupported action space {action_space!r} (jaxrl supports Discrete and Box)")
+
+
+def make(env_id: str, num_envs: int, probe_and_params=None, **env_params) -> GymnaxVecEnv:
+    """The gymnax environment `env_id` (or a user's gymnax-API `(env, params)`), vectorised: keywords that name
+    a field of its `EnvParams` override it, the others go to the environment's constructor."""
+    gymnax = _gymnax()
+    probe, params = gymnax.make(env_id) if probe_and_params is None else probe_and_params
+    param_fields = set(params.__dataclass_fields__)
+    overrides = {k: v for k, v in env_params.items() if k in param_fields}
+    ctor_kwargs = {k: v for k, v in env_params.items() if k not in param_fields}
+    if ctor_kwargs and probe_and_params is not None:
+        raise ValueError(f"{env_id}: {', '.join(ctor_kwargs)} are not fields of its EnvParams.")
+    env = gymnax.make(env_id, **ctor_kwargs)[0] if ctor_kwargs else probe
+    params = params.replace(**overrides)
+    return GymnaxVecEnv(env, params, num_envs, spec_of(env_id, env, params))

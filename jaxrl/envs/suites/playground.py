@@ -1,0 +1,40 @@
+"""MuJoCo Playground (`pip install "jaxrl[playground]"`): ids `playground:<name>`, e.g. `playground:CartpoleBalance`,
+`playground:PendulumSwingup` (`mujoco_playground.registry.ALL_ENVS`).
+
+- Signals: the same as Brax's: Playground's trainers wrap an environment in Brax's `EpisodeWrapper`
+  (`mujoco_playground.wrapper.wrap_for_brax_training`), which sets `state.info["truncation"]` where its
+  `episode_length` ended the episode. truncated is that; terminated is `done` without it.
+- Auto-reset: here, with the true successor in `info["final_observation"]` (see `jaxrl.envs.suites.brax`).
+- Observations: Playground's array observation (float32); a dict observation (locomotion: "state",
+  "privileged_state") is flattened by the rule of `jaxrl.envs.suites.base` (keys sorted, each raveled, concatenated).
+- Actions: bounded by the MuJoCo model's actuator `ctrlrange` where `ctrllimited`, else [-1, 1]; clipped.
+- Keywords: `impl` (the MJX implementation; default "jax", which runs on any backend: Playground's own default
+  for some environments is "warp", which needs a GPU), `episode_length` and `action_repeat` (default: the
+  environment's config), and any other field of the environment's config (`config_overrides`).
+"""
+
+from __future__ import annotations
+
+from mujoco_playground import registry
+
+from jaxrl.envs.suites import brax as brax_adapter
+
+PREFIX = "playground"
+
+
+def ids() -> list[str]:
+    return list(registry.ALL_ENVS)
+
+
+def make(name: str, num_envs: int, impl: str = "jax", **overrides):
+    config = registry.get_default_config(name)
+    episode_length = int(overrides.pop("episode_length", config.episode_length))
+    action_repeat = int(overrides.pop("action_repeat", config.get("action_repeat", 1)))
+    if "impl" in config:
+        overrides["impl"] = impl
+
+    def load(**_):
+        return registry.load(name, config_overrides=overrides)
+
+    env, bounds = brax_adapter.episode_env(load, episode_length, action_repeat)
+    return brax_adapter.adapter(f"{PREFIX}:{name}", env, bounds, num_envs, episode_length, action_repeat)

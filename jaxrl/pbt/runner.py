@@ -1,0 +1,334 @@
+"""A PBT run in compiled chunks with checkpoints, exact resume, a progress bar and several devices (`run`;
+`jaxrl pbt`).
+
+The schedule of `make_pbt` is cut into `num_chunks` chunks of whole ready blocks (`run.compile.chunk_sizes`; the
+iterations past the last whole block end the last chunk). Between chunks the host shows the progress bar (the
+best and median fitness of the last ready step), and every `checkpoint_every` chunks, at the end and on Ctrl-C or
+SIGTERM (`run.signals`: at the next chunk boundary) saves the population's TrainStates and hyperparameters with
+every iteration's metrics and the lineage so far (`run.checkpoint`), then metrics.csv and lineage.csv. The run
+folder is claimed and locked as `jaxrl train`'s is (`run.folder`); its config.json holds everything a resume keeps,
+chunks included, so a resumed run compiles the same chunk programs and equals the uninterrupted one bit for bit.
+
+The members are sharded over `devices` (a 1-D mesh, as a sweep's rows; the population a multiple of the device
+count); exploit copies states across devices inside the program, and the ranks, parents and perturbations are
+the same on any device count. `device_independent=True` compiles without XLA's algebraic simplifier
+(`sweep.program.DEVICE_INDEPENDENT_OPTIONS`), which rewrites the program differently per device count. Measured on
+a 4-member PPO CartPole population, 1 against 2 CPU devices: bit-identical (TrainStates, metrics, lineage) with it
+at XLA CPU's `--xla_backend_optimization_level=1`; at the default level 2 LLVM vectorises a device's share of the
+members differently and the losses round 1 ulp apart from the first iteration (final parameters within 1.2e-7),
+so that over a long run a near tie in fitness can rank members differently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from tqdm.auto import tqdm
+
+from jaxrl.algos import base
+from jaxrl.pbt import lineage as lineages
+from jaxrl.pbt.lineage import Lineage
+from jaxrl.pbt.population import PBTConfig, validate
+from jaxrl.pbt.program import fire_schedule, make_chunk, make_start, step_keys
+from jaxrl.run import checkpoint, folder
+from jaxrl.run.compile import chunk_sizes
+from jaxrl.run.loop import Interrupted
+from jaxrl.run.signals import DeferredStop, TermAsInterrupt, signum_of
+from jaxrl.sweep.devices import AXIS
+from jaxrl.sweep.program import DEVICE_INDEPENDENT_OPTIONS
+
+LINEAGE = "lineage."  # the prefix of the lineage's arrays among a checkpoint's metrics
+
+
+@dataclasses.dataclass
+class PopulationResult:
+    """A finished (or resumed and finished) PBT run: the final `states` (leaves [P, ...]) and `configs` (every
+    hyperparameter [P]), `metrics` {name: [P, iterations]}, the `lineage`, compile and run seconds, its folder
+    and how many iterations this call trained."""
+
+    states: Any
+    configs: Any
+    metrics: dict[str, np.ndarray]
+    lineage: Lineage
+    compile_s: float
+    run_s: float
+    out: Path | None
+    iterations_run: int
+
+
+def chunk_plan(config, pbt: PBTConfig, num_chunks: int) -> list[tuple[int, int, int]]:
+    """(first block, blocks, tail iterations) of each chunk: the ready blocks split by `chunk_sizes`, the
+    iterations past the last whole block at the end of the last chunk."""
+    blocks, remainder = divmod(config.num_iterations, pbt.ready)
+    plan, first = [], 0
+    for size in chunk_sizes(blocks, num_chunks):
+        plan.append((first, size, 0))
+        first += size
+    plan[-1] = (*plan[-1][:2], remainder)
+    return plan
+
+
+def population_mesh(pbt: PBTConfig, devices=None) -> Mesh:
+    """The 1-D mesh the members are sharded over: `devices` (a count of `jax.local_devices()`, or a list; None:
+    as many of them as split the population evenly). ValueError (one line) when the population does not split
+    evenly over the devices given."""
+    local = jax.local_devices()
+    if devices is None:
+        chosen = local[: max(d for d in range(1, len(local) + 1) if pbt.population % d == 0)]
+    elif isinstance(devices, int):
+        if not 1 <= devices <= len(local):
+            raise ValueError(f"--devices {devices}: this process has {len(local)} device(s).")
+        chosen = local[:devices]
+    else:
+        chosen = list(devices)
+    if pbt.population % len(chosen):
+        raise ValueError(
+            f"PBTConfig.population: {pbt.population} members do not split evenly over {len(chosen)} devices; use a "
+            f"multiple of {len(chosen)} members or fewer --devices."
+        )
+    return Mesh(np.array(chosen), (AXIS,))
+
+
+def _hyper(configs) -> dict[str, Any]:
+    return {f.name: getattr(configs, f.name) for f in dataclasses.fields(configs) if not base.is_static(f)}
+
+
+def _to_checkpoint(states, configs) -> dict:
+    return jax.device_get(checkpoint.unwrap_keys({"states": states, "hyper": _hyper(configs)}))
+
+
+def _lineage_metrics(parts: list[Lineage]) -> dict[str, np.ndarray]:
+    """The lineage of every ready step so far, flattened into a checkpoint's metrics."""
+    whole = jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
+    flat = {"iteration": whole.iteration, "fitness": whole.fitness, "rank": whole.rank}
+    flat |= {"exploited": whole.exploited, "parent": whole.parent}
+    flat |= {f"hyperparameters.{n}": v for n, v in whole.hyperparameters.items()}
+    flat |= {f"next_hyperparameters.{n}": v for n, v in whole.next_hyperparameters.items()}
+    return {LINEAGE + k: np.asarray(v) for k, v in flat.items()}
+
+
+def _lineage_from(metrics: dict[str, np.ndarray], names: list[str]) -> Lineage:
+    get = lambda k: metrics[LINEAGE + k]  # noqa: E731
+    hyper = {n: get(f"hyperparameters.{n}") for n in names}
+    after = {n: get(f"next_hyperparameters.{n}") for n in names}
+    return Lineage(get("iteration"), get("fitness"), get("rank"), get("exploited"), get("parent"), hyper, after)
+
+
+def progress_text(part: Lineage | None) -> str:
+    """The progress bar's postfix: the best and median fitness of the last ready step."""
+    if part is None or not np.asarray(part.fitness).size:
+        return "no ready step yet"
+    fitness = np.asarray(part.fitness)[-1]
+    finite = fitness[np.isfinite(fitness)]
+    if not finite.size:
+        return "fitness: no episode ended"
+    return f"best {finite.max():.1f}, median {np.median(finite):.1f}"
+
+
+def resume_settings(out: str | Path) -> tuple[str, Any, PBTConfig, int, int]:
+    """(algorithm name, Config, PBTConfig, seed, chunks) of the population folder `out`, from its config.json."""
+    saved = folder.read_run_folder(Path(out))
+    if "pbt" not in saved:
+        raise ValueError(f"--resume {out}: it is a {saved['algo']} run, not a population; use jaxrl train --resume.")
+    _, config, _, seed = folder.load_run_config(Path(out), saved)
+    settings = dict(saved["pbt"])
+    settings["perturb_factors"] = tuple(settings["perturb_factors"])
+    return saved["algo"], config, PBTConfig(**settings), seed, int(saved.get("chunks", 1))
+
+
+def run(
+    config,
+    pbt: PBTConfig,
+    out: str | Path | None = None,
+    *,
+    seed: int = 0,
+    num_chunks: int = 10,
+    checkpoint_every: int = 1,
+    resume: bool = False,
+    progress: bool = True,
+    devices=None,
+    device_independent: bool = False,
+    name: str | None = None,
+    log=None,
+) -> PopulationResult:
+    """Trains the population of `make_pbt(config, pbt)(jax.random.key(seed))` in `num_chunks` compiled chunks;
+    with an `out` folder, checkpoints every `checkpoint_every` chunks, at the end and on Ctrl-C / SIGTERM (raised
+    again as `run.loop.Interrupted` once saved), and writes config.json, metrics.csv, lineage.csv, lineage.png
+    and summary.json there. `resume=True` continues the run in `out` from its latest checkpoint (its settings
+    must be the run's: `resume_settings` reads them). `devices`: what the members are sharded over
+    (`population_mesh`); `log(text)` hears what is happening."""
+    validate(config, pbt)
+    name = name or base.name_of(base.algorithm_of(config))
+    for value, what, least in (
+        (num_chunks, "num_chunks", 1),
+        (checkpoint_every, "checkpoint_every", 1),
+        (seed, "seed", 0),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{what}={value!r}: need an integer >= {least}.")
+    if resume and out is None:
+        raise ValueError("resume=True needs the folder to resume from.")
+    if jax.process_count() > 1:
+        raise ValueError("a PBT run trains in one process; start it without --coordinator.")
+    mesh = population_mesh(pbt, devices)
+    plan = chunk_plan(config, pbt, num_chunks)
+    info = lineages.folder_info(name, config, pbt, seed, num_chunks)
+    out = None if out is None else Path(out)
+    log = log or (lambda text: None)
+    with TermAsInterrupt():
+        claim = folder.claim(out, resume, info)
+        resume = resume and not claim.restarted
+        try:
+            try:
+                if claim.written:
+                    (out / "config.json").write_text(json.dumps(info, indent=2))
+                    claim.written += [out / n for n in ("lineage.csv", "lineage.png", "summary.json")]
+                session = _Session(config, pbt, mesh, plan, seed, out, info, device_independent)
+                log(f"{'restoring and compiling' if resume else 'compiling'}: {pbt.population} members over "
+                    f"{mesh.size} device(s), {len(plan)} chunk(s)")  # fmt: skip
+                session.start(resume)
+                TermAsInterrupt.raise_if_swallowed()
+                log(f"compiled in {session.compile_s:.1f} s")
+            except KeyboardInterrupt as error:
+                claim.discard()
+                raise Interrupted(0, out, compiling=True, signum=signum_of(error)) from error
+            except BaseException:
+                claim.discard()
+                raise
+            return session.train(claim, resume, progress, checkpoint_every, name)
+        finally:
+            claim.release()
+
+
+class _Session:
+    """The population between chunks: its state, every chunk's metrics and lineage, the compiled chunks."""
+
+    def __init__(self, config, pbt, mesh, plan, seed, out, info, device_independent):
+        self.config, self.pbt, self.mesh, self.plan, self.out, self.info = config, pbt, mesh, plan, out, info
+        self.members = NamedSharding(mesh, P(AXIS))
+        self.replicated = NamedSharding(mesh, P())
+        self.key = jax.random.key(seed)
+        self.keys, self.fire = step_keys(config, pbt, self.key), fire_schedule(config, pbt)
+        self.options = DEVICE_INDEPENDENT_OPTIONS if device_independent else None
+        self.metrics, self.parts, self.done, self.saved, self.compiled = [], [], 0, None, {}
+
+    def _place(self, tree, sharding):
+        return jax.device_put(tree, sharding)
+
+    def start(self, resume: bool) -> None:
+        begin = time.perf_counter()
+        start = jax.jit(make_start(self.config, self.pbt), out_shardings=self.members)
+        if resume:
+            like = jax.eval_shape(start, self.key)
+            like = {"states": like[0], "hyper": _hyper(like[1])}
+            self.done, state, metrics = checkpoint.restore(self.out / "checkpoints", like, self.info)
+            names = list(self.pbt.explore)
+            self.metrics = [{k: v for k, v in metrics.items() if not k.startswith(LINEAGE)}]
+            self.parts = [_lineage_from(metrics, names)] if LINEAGE + "iteration" in metrics else []
+            self.states = self._place(state["states"], self.members)
+            self.configs = self._place(self.config.replace(**state["hyper"]), self.members)
+            self.saved = self.done
+        else:
+            self.states, self.configs = start.lower(self.key).compile(self.options)(self.key)
+        ends = np.cumsum([n * self.pbt.ready + tail for _, n, tail in self.plan])
+        if self.done and self.done not in ends:
+            raise checkpoint.CheckpointError(f"{self.out}: its checkpoint after iteration {self.done} ends no chunk.")
+        self.todo = [chunk for chunk, end in zip(self.plan, ends, strict=True) if end > self.done]
+        self.first_chunk = len(self.plan) - len(self.todo)
+        for first, n, tail in self.todo:
+            if (n, tail) not in self.compiled:
+                program = jax.jit(
+                    make_chunk(self.config, self.pbt, tail),
+                    out_shardings=(self.members, self.members, self.members, self.replicated),
+                )
+                args = self._args(first, n)
+                self.compiled[n, tail] = program.lower(*args).compile(self.options)
+        self.compile_s = time.perf_counter() - begin
+
+    def _args(self, first: int, n: int):
+        keys = self._place(self.keys[first : first + n], self.replicated)
+        fire = self._place(self.fire[first : first + n], self.replicated)
+        return self.states, self.configs, keys, fire, self._place(np.int32(first), self.replicated)
+
+    def lineage(self) -> Lineage:
+        return jax.tree.map(lambda *xs: np.concatenate(xs), *self.parts)
+
+    def all_metrics(self) -> dict[str, np.ndarray]:
+        return {k: np.concatenate([m[k] for m in self.metrics], axis=1) for k in self.metrics[0]}
+
+    def save(self) -> None:
+        if self.out is None or self.saved == self.done or not self.metrics:
+            return
+        metrics = self.all_metrics()
+        payload = metrics | (_lineage_metrics(self.parts) if self.parts else {})
+        checkpoint.save(
+            self.out / "checkpoints", self.done, _to_checkpoint(self.states, self.configs), payload, self.info
+        )
+        self.saved = self.done
+        lineages.write_metrics_csv(metrics, self.out / "metrics.csv")
+        if self.parts:
+            lineages.write_lineage_csv(self.lineage(), self.out / "lineage.csv")
+
+    def train(self, claim, resume, progress, checkpoint_every, name) -> PopulationResult:
+        config, size = self.config, self.pbt.population
+        steps = config.env_steps_per_iteration
+        done_before = self.done
+        bar = tqdm(
+            total=config.num_iterations * steps * size,
+            initial=self.done * steps * size,
+            unit="step",
+            unit_scale=True,
+            disable=not progress,
+            desc=f"{name} pbt {config.env} x{size}",
+        )
+        bar.set_postfix_str(progress_text(self.parts[-1] if self.parts else None))
+        stop, begin = DeferredStop(), time.perf_counter()
+        try:
+            stop.install()
+            for index, (first, n, tail) in enumerate(self.todo):
+                states, configs, metrics, part = self.compiled[n, tail](*self._args(first, n))
+                self.metrics.append(jax.device_get(metrics))
+                self.parts.append(jax.device_get(part))
+                self.states, self.configs = states, configs
+                self.done += n * self.pbt.ready + tail
+                bar.update((n * self.pbt.ready + tail) * steps * size)
+                bar.set_postfix_str(progress_text(self.parts[-1]))
+                if (self.first_chunk + index + 1) % checkpoint_every == 0 or index == len(self.todo) - 1:
+                    self.save()
+                stop.raise_if_requested()
+        except KeyboardInterrupt as error:
+            self.save()
+            if self.done == done_before and not resume:
+                claim.discard()
+                raise Interrupted(self.done, self.out, compiling=True, signum=signum_of(error)) from error
+            raise Interrupted(self.done, self.out, signum=signum_of(error)) from error
+        finally:
+            stop.uninstall()
+            bar.close()
+        run_s = time.perf_counter() - begin
+        lineage = self.lineage()
+        if self.out is not None:
+            timing = {"compile_s": round(self.compile_s, 3), "run_s": round(run_s, 3)}
+            (self.out / "summary.json").write_text(json.dumps(timing, indent=2))
+            lineages.plot_lineage(lineage, self.out / "lineage.png")
+        return PopulationResult(
+            self.states, self.configs, self.all_metrics(), lineage, self.compile_s, run_s, self.out,
+            self.done - done_before,
+        )  # fmt: skip
+
+
+def run_to_folder(out: str | Path, algo: str, config, pbt: PBTConfig, seed: int = 0, log=print, **options) -> str:
+    """`jaxrl pbt`: `run` into the folder `out` (keywords of `run` in `options`); returns the printed summary:
+    the members ranked by their final fitness, the seconds and the files."""
+    log(f"pbt {algo} on {config.env}: {pbt.population} members, exploit/explore every {pbt.ready} iterations")
+    result = run(config, pbt, out, seed=seed, name=algo, log=log, **options)
+    timing = {"compile_s": result.compile_s, "run_s": result.run_s}
+    return "\n".join([*lineages.ranking(result.lineage), *lineages.files_text(Path(out), timing)])

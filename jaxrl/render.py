@@ -1,0 +1,202 @@
+"""`jaxrl render`: a trained policy's episodes as an animation (GIF, or MP4 with ffmpeg) and a contact sheet.
+
+The latest checkpoint of one seed of a run folder is restored (read only), its evaluation policy
+(`base.evaluation_policy`, deterministic or stochastic; a recurrent one carries its memory) plays episodes of
+the run's gymnax environment from reset to their end on evaluation keys (`--seed`, disjoint from training's),
+and each step is drawn by gymnax's renderer (`gymnax.visualize.Visualizer`: classic control and MinAtar). The
+env is stepped without its auto-reset, so the last frame of an episode is its terminal state. Frames carry the
+step, the reward and the return so far; the contact sheet is `SHEET_FRAMES` evenly spaced frames in one PNG.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl.rollout import RecurrentAct
+
+RENDERABLE = (
+    "CartPole-v1",
+    "Acrobot-v1",
+    "Pendulum-v1",
+    "MountainCar-v0",
+    "MountainCarContinuous-v0",
+    "Asterix-MinAtar",
+    "Breakout-MinAtar",
+    "Freeway-MinAtar",
+    "SpaceInvaders-MinAtar",
+)
+SHEET_FRAMES = 8
+OFFSCREEN = {"SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy", "PYGAME_HIDE_SUPPORT_PROMPT": "1"}
+
+
+def _gymnax_env(env_id: str):
+    if env_id not in RENDERABLE:
+        raise ValueError(f"{env_id}: no renderer; jaxrl render draws {', '.join(RENDERABLE)}.")
+    # classic control draws through gymnasium's pygame renderer, off screen: no window, no sound device
+    for name, value in OFFSCREEN.items():
+        os.environ.setdefault(name, value)
+    if "MinAtar" not in env_id:
+        try:
+            import pygame  # noqa: F401
+        except ImportError as error:
+            raise ValueError(f"{env_id} draws through pygame, which is missing: pip install 'jaxrl[render]'") from error
+    import gymnax
+
+    return gymnax.make(env_id)
+
+
+def play_arrays(env_id: str, act, key: jax.Array, normalize=None):
+    """Traceable: one episode stepped for the env's whole time limit without auto-reset, frozen after its end:
+    (reset state, states [limit], rewards [limit], ended-before [limit])."""
+    env, params = _gymnax_env(env_id)
+    normalize = normalize or (lambda obs: obs)
+    space = env.action_space(params)
+    continuous = not hasattr(space, "n")
+    limit = int(params.max_steps_in_episode)
+    reset_key, run_key = jax.random.split(key)
+    obs, state = env.reset(reset_key, params)
+    memory = act.initial(1) if isinstance(act, RecurrentAct) else None
+
+    def step(carry, keys):
+        obs, state, done, memory, first = carry
+        batch = normalize(jnp.asarray(obs, jnp.float32)[None])
+        if memory is None:
+            action = act(batch, keys[0])
+        else:
+            memory, action = act.step(memory, batch, first[None], keys[0])
+        action = jnp.clip(action[0], space.low, space.high) if continuous else action[0]
+        next_obs, next_state, reward, terminated, _ = env.step_env(keys[1], state, action, params)
+        ended = terminated | env.is_truncated(next_state, params)
+        keep = lambda new, old: jnp.where(done, old, new)  # noqa: E731  (after the end: frozen)
+        next_state = jax.tree.map(keep, next_state, state)
+        carry = (keep(next_obs, obs), next_state, done | ended, memory, jnp.bool_(False))
+        return carry, (next_state, jnp.where(done, 0.0, reward), done)
+
+    keys = jax.random.split(run_key, (limit, 2))
+    carry = (obs, state, jnp.bool_(False), memory, jnp.bool_(True))
+    _, (states, rewards, was_done) = jax.lax.scan(step, carry, keys)
+    return state, states, rewards, was_done
+
+
+def unstack(first, states, rewards, was_done) -> tuple[list, np.ndarray]:
+    """The host side of `play_arrays`: the states up to the episode's end ([T + 1]) and its rewards [T]."""
+    done = np.asarray(was_done)
+    length = int(np.argmax(done)) if done.any() else len(done)
+    sequence = [first] + [jax.tree.map(lambda x, t=t: x[t], states) for t in range(length)]
+    return sequence, np.asarray(rewards[:length], np.float64)
+
+
+def play(env_id: str, act, key: jax.Array, normalize=None) -> tuple[list, np.ndarray]:
+    """One episode of `env_id` with `act(obs [1, ...], key) -> action [1, ...]` (or a `RecurrentAct`): the
+    gymnax states from reset to the terminal or truncated one ([T + 1]) and the rewards [T]."""
+    return unstack(*jax.jit(lambda k: play_arrays(env_id, act, k, normalize))(key))
+
+
+def draw(env_id: str, states: list, rewards: np.ndarray, progress: bool = False) -> list[np.ndarray]:
+    """The frames [H, W, 3] uint8 of one episode, titled with its step, last reward and return so far."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from gymnax.visualize import Visualizer
+    from tqdm.auto import tqdm
+
+    env, params = _gymnax_env(env_id)
+    returns = np.concatenate([[0.0], np.cumsum(rewards)])
+    visualizer = Visualizer(env, params, states, returns)
+    visualizer.init()
+    frames = []
+    for t in tqdm(range(len(states)), desc="frames", disable=not progress, leave=False):
+        visualizer.update(t)
+        reward = rewards[t - 1] if t else 0.0
+        visualizer.ax.set_title(f"{env_id}  step {t}  reward {reward:+.2f}  return {returns[t]:.2f}", fontsize=11)
+        visualizer.fig.canvas.draw()
+        frames.append(np.asarray(visualizer.fig.canvas.buffer_rgba())[..., :3].copy())
+    import matplotlib.pyplot as plt
+
+    plt.close(visualizer.fig)
+    return frames
+
+
+def write_animation(frames: list[np.ndarray], out: Path, fps: int) -> Path:
+    """A GIF (Pillow), or an MP4 through ffmpeg when it is on PATH."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix.lower() == ".gif":
+        from PIL import Image
+
+        images = [Image.fromarray(f) for f in frames]
+        images[0].save(out, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
+        return out
+    if out.suffix.lower() != ".mp4":
+        raise ValueError(f"--out {out}: write a .gif or an .mp4.")
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        raise ValueError(f"--out {out}: an .mp4 needs ffmpeg on PATH (apt install ffmpeg); or write a .gif.")
+    height, width, _ = frames[0].shape
+    command = [ffmpeg, "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}"]
+    command += ["-r", str(fps), "-i", "-", "-pix_fmt", "yuv420p", "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", str(out)]
+    subprocess.run(command, input=b"".join(f.tobytes() for f in frames), check=True)
+    return out
+
+
+def write_sheet(frames: list[np.ndarray], out: Path, count: int = SHEET_FRAMES) -> Path:
+    """`count` evenly spaced frames (the first and the last included) side by side in rows of 4, as a PNG."""
+    from PIL import Image
+
+    picks = np.unique(np.linspace(0, len(frames) - 1, min(count, len(frames))).round().astype(int))
+    h, w, _ = frames[0].shape
+    columns = min(4, len(picks))
+    rows = -(-len(picks) // columns)
+    sheet = Image.new("RGB", (columns * w, rows * h), "white")
+    for i, t in enumerate(picks):
+        sheet.paste(Image.fromarray(frames[t]), ((i % columns) * w, (i // columns) * h))
+    sheet = sheet.resize((columns * w // 2, rows * h // 2))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sheet.save(out)
+    return out
+
+
+def render_run(
+    run_dir: str | Path,
+    out: str | Path,
+    seed_index: int = 0,
+    episodes: int = 1,
+    deterministic: bool = True,
+    key_seed: int = 12345,
+    fps: int = 20,
+    progress: bool = False,
+) -> list[str]:
+    """`jaxrl render RUN --out FILE`: plays `episodes` episodes of the run's seed `seed_index` (keys from
+    `key_seed`) and writes the animation `out` and its contact sheet `<out stem>.png`. Returns the report lines."""
+    from jaxrl.algos import base
+    from jaxrl.run.evaluate import restore_latest
+
+    if episodes < 1:
+        raise ValueError(f"--episodes {episodes}: need at least one episode.")
+    out = Path(out)
+    if out.suffix.lower() not in (".gif", ".mp4"):
+        raise ValueError(f"--out {out}: write a .gif or an .mp4.")
+    saved, module, config, iteration, states = restore_latest(Path(run_dir))
+    _gymnax_env(config.env)  # one line for an env without a renderer, before playing
+    seeds = int(jax.tree.leaves(states)[0].shape[0])
+    if not 0 <= seed_index < seeds:
+        raise ValueError(f"--seed-index {seed_index}: the run has seeds 0 to {seeds - 1}.")
+    state = jax.tree.map(lambda x: x[seed_index], states)
+    act, normalize = base.evaluation_policy(config, state, deterministic=deterministic, algo=module)
+    frames, lines = [], [f"{run_dir}: {saved['algo']} on {config.env}, seed {seed_index}, iteration {iteration}"]
+    episode = jax.jit(lambda key: play_arrays(config.env, act, key, normalize))  # compiled once, every episode
+    for e, key in enumerate(jax.random.split(jax.random.key(key_seed), episodes)):
+        sequence, rewards = unstack(*episode(key))
+        frames += draw(config.env, sequence, rewards, progress and sys.stderr.isatty())
+        lines.append(f"episode {e}: {len(rewards)} steps, return {rewards.sum():.2f}")
+    animation = write_animation(frames, out, fps)
+    sheet = write_sheet(frames, out.with_suffix(".png"))
+    lines += [f"animation         {animation}  ({len(frames)} frames)", f"contact sheet     {sheet}"]
+    return lines

@@ -1,0 +1,518 @@
+"""Population-based training: ranking, exploit/explore on hand-made populations, the compiled program against
+vmapped independent runs, determinism, lineage and validation."""
+
+import csv
+import dataclasses
+import json
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import struct
+
+from conftest import _host
+from jaxrl import envs, pbt
+from jaxrl.algos import base, ppo
+from jaxrl.sweep.program import DEVICE_INDEPENDENT_OPTIONS
+
+CONFIG = ppo.Config(
+    num_envs=4, num_steps=16, total_timesteps=4 * 16 * 5, update_epochs=1, num_minibatches=2, hidden_sizes=(8, 8)
+)
+EXPLORE = {"learning_rate": "loguniform:1e-4:1e-2", "ent_coef": "uniform:0:0.05"}
+PBT = pbt.PBTConfig(population=4, ready=2, truncation=0.25, explore=EXPLORE, resample_probability=0.5)
+
+
+def assert_trees_equal(a, b):
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(_host(x), _host(y)), a, b)
+
+
+def take(tree, i):
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+@struct.dataclass
+class FakeState:
+    """A TrainState's shape: parameters, optimiser state, an env batch, a key, a counter."""
+
+    params: dict
+    opt_state: optax.OptState
+    env: jax.Array
+    key: jax.Array
+    iteration: jax.Array
+
+
+def population(size=8, seed=0):
+    """`size` members with distinct parameters, Adam states that have taken one step, env batches and keys."""
+    optimizer = optax.adam(1e-3)
+
+    def member(key):
+        k_w, k_g, k_env, k_own = jax.random.split(key, 4)
+        params = {"w": jax.random.normal(k_w, (3, 2)), "b": jnp.zeros(2)}
+        opt_state = optimizer.init(params)
+        grads = jax.tree.map(lambda p: jax.random.normal(k_g, p.shape), params)
+        _, opt_state = optimizer.update(grads, opt_state, params)
+        return FakeState(params, opt_state, jax.random.normal(k_env, (4,)), k_own, jnp.int32(7))
+
+    return jax.vmap(member)(jax.random.split(jax.random.key(seed), size))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Ranking and fitness
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_ranks_ties_and_nan_are_deterministic():
+    fitness = jnp.array([3.0, np.nan, 5.0, 3.0, 5.0, np.nan, -1.0, 3.0])
+    # 5 (members 2, 4), then 3 (0, 3, 7), then -1 (6), then no episode (1, 5): ties by member index
+    np.testing.assert_array_equal(pbt.ranks(fitness), [2, 6, 0, 3, 1, 7, 5, 4])
+    np.testing.assert_array_equal(pbt.ranks(jnp.zeros(4)), [0, 1, 2, 3])
+    np.testing.assert_array_equal(pbt.ranks(jnp.array([0.0, -0.0])), [0, 1])  # -0 == 0: a tie
+
+
+def test_fitness_ignores_iterations_without_episodes():
+    returns = jnp.array([[100.0, 1.0, np.nan], [np.nan, 3.0, np.nan], [2.0, np.nan, np.nan], [4.0, 5.0, np.nan]])
+    fitness = np.asarray(pbt.fitness_of(returns, window=3))
+    np.testing.assert_allclose(fitness[:2], [3.0, 4.0])  # row 0 is outside the window
+    assert np.isnan(fitness[2])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One exploit/explore step on a hand-made population
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_ready_step_copies_bottom_from_top_and_leaves_the_rest():
+    size = 8
+    config = dataclasses.replace(PBT, population=size)
+    priors = pbt.validate(CONFIG, config)
+    states = population(size)
+    configs = pbt.initial_population(CONFIG, config, jax.random.key(1), priors)
+    fitness = jnp.array([3.0, np.nan, 5.0, 3.0, 5.0, np.nan, -1.0, 3.0])  # bottom two: 1 and 5; top two: 2 and 4
+    for seed in range(6):
+        new_states, new_configs, (rank, parent, exploited) = pbt.ready_step(
+            states, configs, fitness, jax.random.key(seed), config, priors
+        )
+        np.testing.assert_array_equal(exploited, [i in (1, 5) for i in range(size)])
+        for i in range(size):
+            new, old = take(new_states, i), take(states, i)
+            assert_trees_equal(new.env, old.env)  # each member keeps its own env batch and key
+            assert_trees_equal(new.key, old.key)
+            if i in (1, 5):
+                assert int(parent[i]) in (2, 4)
+                source = take(states, int(parent[i]))
+                assert_trees_equal(new.params, source.params)
+                assert_trees_equal(new.opt_state, source.opt_state)
+                for name in EXPLORE:  # perturbed or resampled from the parent's value, within the bounds
+                    value = float(getattr(new_configs, name)[i])
+                    parent_value = float(getattr(configs, name)[int(parent[i])])
+                    prior = priors[name]
+                    assert np.float32(prior.low) <= value <= np.float32(prior.high)
+                    clipped = [
+                        np.clip(np.float32(parent_value) * np.float32(f), np.float32(prior.low), np.float32(prior.high))
+                        for f in config.perturb_factors
+                    ]
+                    assert value != parent_value or parent_value in clipped
+            else:
+                assert int(parent[i]) == i
+                assert_trees_equal(new, old)
+                assert_trees_equal(take(new_configs, i), take(configs, i))
+        # the hyperparameters nobody explores are copied too (equal across members here)
+        np.testing.assert_array_equal(new_configs.gamma, configs.gamma)
+
+
+def test_ready_step_on_ppo_train_states():
+    """The same on PPO's own TrainState: params and Adam state from the parent, env batch and key kept."""
+    priors = pbt.validate(CONFIG, PBT)
+    configs = pbt.initial_population(CONFIG, PBT, jax.random.key(0), priors)
+    algo = base.algorithm_of(CONFIG)
+    setup = base.make_setup(CONFIG, algo)
+    keys = jax.random.split(jax.random.key(1), 4)
+    states = jax.vmap(lambda c, k: base.initial_state(c, k, setup, algo))(configs, keys)
+    new, _, (_, parent, exploited) = pbt.ready_step(
+        states, configs, jnp.array([1.0, 4.0, 3.0, 2.0]), jax.random.key(2), PBT, priors
+    )
+    np.testing.assert_array_equal(exploited, [True, False, False, False])
+    assert int(parent[0]) == 1
+    assert_trees_equal(take(new.params, 0), take(states.params, 1))
+    assert_trees_equal(take(new.opt_state, 0), take(states.opt_state, 1))
+    assert_trees_equal(new.env, states.env)
+    assert_trees_equal(new.key, states.key)
+    assert_trees_equal(take(new, slice(1, None)), take(states, slice(1, None)))
+
+
+def test_optimiser_state_holds_no_hyperparameter():
+    """A copied Adam state carries nothing of the parent's learning rate: the rate is read from the member's
+    Config at every update, so the member continues at its own (explored) rate."""
+    key = jax.random.key(0)
+    slow = base.initial_state(CONFIG.replace(learning_rate=1e-4), key)
+    fast = base.initial_state(CONFIG.replace(learning_rate=1e-2), key)
+    assert_trees_equal(slow.opt_state, fast.opt_state)
+
+
+def test_normalisation_statistics_follow_the_parent():
+    """The running observation / reward statistics inside a member's env state go with the copied parameters;
+    the env states and observations themselves stay the member's."""
+    states = population(4)
+    k = jax.random.split(jax.random.key(5), 3)
+    stats = envs.RunningMeanStd(
+        jax.random.normal(k[0], (4, 3)), jnp.exp(jax.random.normal(k[1], (4, 3))), jnp.arange(4.0)
+    )
+    states = states.replace(env={"obs": jax.random.normal(k[2], (4, 5)), "stats": stats})
+    parent = jnp.array([0, 0, 2, 2])
+    copied, _ = pbt.exploit(states, pbt.initial_population(CONFIG, PBT, jax.random.key(0)), parent)
+    assert_trees_equal(copied.env["obs"], states.env["obs"])
+    assert_trees_equal(copied.env["stats"], take(states.env["stats"], parent))
+    assert_trees_equal(copied.params, take(states.params, parent))
+
+
+def test_ready_step_that_does_not_fire_changes_nothing():
+    priors = pbt.validate(CONFIG, PBT)
+    states = population(4)
+    configs = pbt.initial_population(CONFIG, PBT, jax.random.key(1), priors)
+    new_states, new_configs, (_, parent, exploited) = pbt.ready_step(
+        states, configs, jnp.arange(4.0), jax.random.key(0), PBT, priors, fire=False
+    )
+    assert not np.asarray(exploited).any()
+    np.testing.assert_array_equal(parent, np.arange(4))
+    assert_trees_equal(new_states, states)
+    assert_trees_equal(new_configs, configs)
+
+
+def test_perturbations_stay_within_bounds_over_many_steps():
+    config = pbt.PBTConfig(
+        population=8,
+        ready=2,
+        truncation=0.5,
+        explore={"learning_rate": "uniform:1e-3:3e-3"},
+        perturb_factors=(0.5, 2.0),
+        resample_probability=0.1,
+    )
+    priors = pbt.validate(CONFIG, config)
+    configs = pbt.initial_population(CONFIG, config, jax.random.key(0), priors)
+    states = population(8)
+    step = jax.jit(lambda s, c, f, k: pbt.ready_step(s, c, f, k, config, priors)[:2])
+    for k in jax.random.split(jax.random.key(3), 20):
+        states, configs = step(states, configs, jax.random.normal(k, (8,)), k)
+        lr = np.asarray(configs.learning_rate)
+        assert (lr >= np.float32(1e-3)).all() and (lr <= np.float32(3e-3)).all()
+
+
+def test_priors_parse_sample_and_clip():
+    assert pbt.parse_prior("x", "loguniform:1e-5:1e-2") == pbt.Prior("log_uniform", 1e-5, 1e-2)
+    assert pbt.parse_prior("x", ("uniform", 0, 1)) == pbt.Prior("uniform", 0.0, 1.0)
+    ints = pbt.parse_prior("x", "int:2:5")
+    drawn = np.asarray(ints.sample(jax.random.key(0), (200,), jnp.int32))
+    assert set(drawn.tolist()) == {2, 3, 4, 5}
+    np.testing.assert_array_equal(ints.clip(jnp.array([1.2, 2.6, 4.4, 9.0])), [2.0, 3.0, 4.0, 5.0])
+    logs = np.asarray(pbt.parse_prior("x", "loguniform:1e-4:1e-2").sample(jax.random.key(1), (2000,), jnp.float32))
+    assert (logs >= np.float32(1e-4)).all() and (logs <= np.float32(1e-2)).all()
+    assert 0.4 < np.mean(logs < 1e-3) < 0.6  # uniform in log space: half the draws below the geometric mean
+
+
+def test_initial_population_draws_from_priors_and_keeps_member_zero():
+    configs = pbt.initial_population(CONFIG, PBT, jax.random.key(0))
+    lr, ent = np.asarray(configs.learning_rate), np.asarray(configs.ent_coef)
+    assert lr.shape == (4,) and lr.dtype == np.float32
+    assert lr[0] == np.float32(CONFIG.learning_rate) and ent[0] == np.float32(CONFIG.ent_coef)
+    assert ((lr >= 1e-4) & (lr <= 1e-2)).all() and ((ent >= 0) & (ent <= 0.05)).all()
+    assert len(set(lr.tolist())) == 4
+    np.testing.assert_array_equal(configs.gamma, np.full(4, CONFIG.gamma, np.float32))
+    drawn = pbt.initial_population(CONFIG, dataclasses.replace(PBT, keep_base=False), jax.random.key(0))
+    assert float(drawn.learning_rate[0]) != np.float32(CONFIG.learning_rate)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The compiled program (PPO on CartPole, tiny)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # two programs compiled without the algebraic simplifier
+def test_population_without_exploit_equals_independent_runs():
+    """ready = num_iterations: the only ready step would follow the last iteration, so it is skipped, and the
+    program is `jax.vmap(base.train)` of the same configs and keys, bit for bit. Both compile without XLA's
+    algebraic simplifier (`sweep.program.DEVICE_INDEPENDENT_OPTIONS`), which otherwise rewrites two differently
+    nested programs differently, 1 ulp apart."""
+    config = pbt.PBTConfig(population=4, ready=CONFIG.num_iterations, explore=EXPLORE)
+    configs = pbt.initial_population(CONFIG, config, jax.random.key(0))
+    keys = jax.random.split(jax.random.key(1), 4)
+
+    def compiled(fn, *args):
+        return jax.jit(fn).lower(*args).compile(DEVICE_INDEPENDENT_OPTIONS)(*args)
+
+    states, metrics, lineage = compiled(pbt.make_program(CONFIG, config), configs, keys, jax.random.key(2))
+    expected_states, expected_metrics = compiled(jax.vmap(base.train), configs, keys)
+    assert not np.asarray(lineage.exploited).any()
+    assert_trees_equal(metrics, expected_metrics)
+    assert_trees_equal(states, expected_states)
+
+
+@pytest.fixture(scope="module")
+def pbt_run():
+    """One compiled PBT program run twice with one key and once with another: 4 members, 5 iterations, ready
+    steps after iterations 2 and 4, then 1 more iteration."""
+    run = jax.jit(pbt.make_pbt(CONFIG, PBT))
+    return run(jax.random.key(0)), run(jax.random.key(0)), run(jax.random.key(1))
+
+
+def test_program_is_deterministic_under_a_key(pbt_run):
+    first, again, other = pbt_run
+    assert_trees_equal(first, again)
+    assert not np.array_equal(first[1]["episode_return"], other[1]["episode_return"], equal_nan=True)
+
+
+def test_program_shapes_and_lineage(pbt_run, tmp_path):
+    states, metrics, lineage = pbt_run[0]
+    assert metrics["episode_return"].shape == (4, CONFIG.num_iterations)
+    np.testing.assert_array_equal(lineage.iteration, [2, 4])
+    exploited = np.asarray(lineage.exploited)
+    np.testing.assert_array_equal(exploited.sum(1), [1, 1])  # floor(0.25 * 4) = 1 member replaced at each step
+    for k in range(2):  # the lineage's fitness is the mean return of each member's last 2 iterations
+        returns = np.asarray(metrics["episode_return"])[:, 2 * k : 2 * k + 2]
+        with warnings.catch_warnings():  # a member with no finished episode: NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = np.nanmean(returns, 1)
+        np.testing.assert_allclose(lineage.fitness[k], expected, rtol=1e-6)
+        np.testing.assert_array_equal(np.sort(lineage.rank[k]), np.arange(4))
+    rank, parent = np.asarray(lineage.rank), np.asarray(lineage.parent)
+    for k, m in zip(*np.nonzero(exploited), strict=True):  # the worst member took the best one's place
+        assert rank[k, m] == 3 and rank[k, parent[k, m]] == 0
+    np.testing.assert_array_equal(parent[~exploited], np.broadcast_to(np.arange(4), parent.shape)[~exploited])
+    for name, prior in pbt.validate(CONFIG, PBT).items():
+        kept = ~exploited
+        np.testing.assert_array_equal(lineage.next_hyperparameters[name][kept], lineage.hyperparameters[name][kept])
+        values = np.asarray(lineage.next_hyperparameters[name])
+        assert (values >= np.float32(prior.low)).all() and (values <= np.float32(prior.high)).all()
+        np.testing.assert_array_equal(lineage.hyperparameters[name][1], values[0])  # block 2 trains with step 1's
+    path = pbt.write_lineage_csv(lineage, tmp_path / "lineage.csv")
+    with open(path, newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert len(rows) == 4 * 2
+    assert {"ready_step", "member", "fitness", "rank", "parent", "learning_rate", "next_learning_rate"} <= set(rows[0])
+    for row in rows:  # the float32 values round-trip through the CSV
+        k, m = int(row["ready_step"]), int(row["member"])
+        assert np.float32(row["next_learning_rate"]) == lineage.next_hyperparameters["learning_rate"][k, m]
+        assert int(row["parent"]) == lineage.parent[k, m]
+    assert pbt.plot_lineage(lineage, tmp_path / "lineage.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_population_folder_reads_as_a_run_folder(pbt_run, tmp_path):
+    """write_folder: metrics.csv has one seed per member with the program's metrics, so plot and report read it;
+    the summary ranks members by their last fitness."""
+    from jaxrl import plot, report
+
+    _, metrics, lineage = pbt_run[0]
+    summary = pbt.write_folder(tmp_path, "ppo", CONFIG, PBT, metrics, lineage, {"compile_s": 1.0, "run_s": 2.0})
+    data = plot.read_metrics(tmp_path)
+    np.testing.assert_allclose(data["episode_return"], metrics["episode_return"], rtol=1e-5)
+    (entry,) = report.read_entries(tmp_path)
+    assert (entry.label, entry.env_id, entry.final.shape) == ("ppo pbt", "CartPole-v1", (4,))
+    fitness = np.nan_to_num(np.asarray(lineage.fitness)[-1], nan=-np.inf)
+    members = [int(line.split()[0]) for line in summary.splitlines()[1:5]]
+    assert members == list(np.argsort(-fitness, kind="stable"))
+    assert (tmp_path / "lineage.csv").is_file() and (tmp_path / "lineage.png").read_bytes().startswith(b"\x89PNG")
+    info = json.loads((tmp_path / "config.json").read_text())
+    assert info["pbt"]["population"] == 4 and info["pbt"]["explore"] == EXPLORE
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"explore": {"no_such_field": "uniform:0:1"}}, r"explore\['no_such_field'\]: .* has no field"),
+        ({"explore": {"num_envs": "int:1:8"}}, r"explore\['num_envs'\]: a static field"),
+        ({"explore": {"learning_rate": "loguniform:1e-2:1e-1"}}, r"exclude the starting value"),
+        ({"explore": {"learning_rate": "gaussian:0:1"}}, r"unknown distribution"),
+        ({"explore": {"learning_rate": "loguniform:0:1"}}, r"LOW > 0"),
+        ({"explore": {}}, r"explore: empty"),
+        ({"population": 1}, r"population: .* at least 2"),
+        ({"truncation": 0.2}, r"truncation: .* = 0 members"),
+        ({"truncation": 0.75}, r"truncation: .* half"),
+        ({"ready": 0}, r"ready: got 0"),
+        ({"ready": CONFIG.num_iterations + 1}, r"ready: got 6, must be 1 to num_iterations = 5"),
+        ({"fitness_window": 3}, r"fitness_window: got 3"),
+        ({"perturb_factors": ()}, r"perturb_factors"),
+        ({"resample_probability": 1.5}, r"resample_probability"),
+    ],
+)
+def test_validation_errors(changes, match):
+    config = dataclasses.replace(PBT, **changes)
+    with pytest.raises(ValueError, match=match) as error:
+        pbt.make_pbt(CONFIG, config)
+    assert "\n" not in str(error.value)
+
+
+TINY = "--total-timesteps 320 --num-envs 4 --num-steps 16 --update-epochs 1 --num-minibatches 2 --hidden-sizes 8,8"
+TINY += " --ready 2"
+
+
+def test_cli_trains_a_population_and_refuses_a_bad_prior_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    def jaxrl(*flags):
+        command = [sys.executable, "-m", "jaxrl.cli", "pbt", "ppo", *TINY.split(), "--compile-cache", "none"]
+        return subprocess.run([*command, *flags], capture_output=True, text=True, timeout=900)
+
+    out = tmp_path / "population"
+    ok = jaxrl("--population", "4", "--explore", "learning_rate=loguniform:1e-4:1e-2", "--out", str(out))
+    assert ok.returncode == 0, ok.stderr
+    assert "compiling" in ok.stdout and str(out / "lineage.csv") in ok.stdout
+    with open(out / "lineage.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert len(rows) == 4 * 2 and {int(r["member"]) for r in rows} == {0, 1, 2, 3}
+    lineage = (out / "lineage.csv").read_text()
+    again = jaxrl("--resume", str(out))  # finished: nothing left to train, the same lineage
+    assert again.returncode == 0, again.stderr
+    assert (out / "lineage.csv").read_text() == lineage
+    changed = jaxrl("--resume", str(out), "--population", "8")
+    assert changed.returncode == 2 and len(changed.stderr.strip().splitlines()) == 1, changed.stderr
+    assert "--population differ" in changed.stderr
+    taken = jaxrl("--population", "4", "--explore", "learning_rate=loguniform:1e-4:1e-2", "--out", str(out))
+    assert taken.returncode == 2 and len(taken.stderr.strip().splitlines()) == 1, taken.stderr
+    assert f"--resume {out}" in taken.stderr and "choose a new --out" in taken.stderr
+    bad = jaxrl("--explore", "learning_rate=lognormal:1:2", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "learning_rate" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Chunked runs: checkpoints, exact resume, several devices
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_chunk_plan_cuts_whole_ready_blocks():
+    # 5 iterations, ready 2: blocks after iterations 2 and 4, the fifth iteration ends the last chunk
+    assert pbt.runner.chunk_plan(CONFIG, PBT, 2) == [(0, 1, 0), (1, 1, 1)]
+    assert pbt.runner.chunk_plan(CONFIG, PBT, 10) == [(0, 1, 0), (1, 1, 1)]
+    assert pbt.runner.chunk_plan(CONFIG, PBT, 1) == [(0, 2, 1)]
+
+
+@pytest.fixture(scope="module")
+def chunked(tmp_path_factory):
+    """An uninterrupted run in 2 chunks with its folder."""
+    out = tmp_path_factory.mktemp("pbt") / "full"
+    return pbt.run(CONFIG, PBT, out, num_chunks=2, progress=False), out
+
+
+def test_chunked_run_follows_the_whole_program(chunked, pbt_run):
+    """The chunks run the schedule of `make_pbt` under the same key: the same parents, the same numbers up to
+    XLA's rewriting of differently nested programs."""
+    result, out = chunked
+    states, metrics, lineage = pbt_run[0]
+    np.testing.assert_array_equal(result.lineage.parent, lineage.parent)
+    np.testing.assert_array_equal(result.lineage.iteration, lineage.iteration)
+    np.testing.assert_allclose(result.metrics["episode_return"], metrics["episode_return"], rtol=1e-4)
+    for name in EXPLORE:
+        np.testing.assert_allclose(result.lineage.next_hyperparameters[name], lineage.next_hyperparameters[name])
+    files = {"config.json", "metrics.csv", "lineage.csv", "lineage.png", "summary.json", "checkpoints"}
+    assert files <= {p.name for p in out.iterdir()}
+    assert not (out / "run.lock").exists()
+
+
+def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
+    """Ctrl-C after chunk 1 of 2 (raised when its lineage.csv is written) checkpoints there; the resumed run
+    equals the uninterrupted one bit for bit: TrainStates, hyperparameters, metrics, lineage, metrics.csv and
+    lineage.csv."""
+    from jaxrl.pbt import lineage as lineages
+    from jaxrl.run import checkpoint, loop
+
+    write = lineages.write_lineage_csv
+
+    def interrupt(*args):
+        write(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lineages, "write_lineage_csv", interrupt)
+    out = tmp_path / "run"
+    with pytest.raises(loop.Interrupted) as stop:
+        pbt.run(CONFIG, PBT, out, num_chunks=2, progress=False)
+    assert stop.value.iteration == 2 and not stop.value.compiling and not (out / "run.lock").exists()
+    assert "jaxrl pbt ppo --resume" in stop.value.explain("ppo", False, command="pbt")
+    monkeypatch.setattr(lineages, "write_lineage_csv", write)
+    with pytest.raises(checkpoint.CheckpointError, match="different run: chunks: saved 2, now 1"):
+        pbt.run(CONFIG, PBT, out, num_chunks=1, resume=True, progress=False)
+    resumed = pbt.run(CONFIG, PBT, out, num_chunks=2, resume=True, progress=False)
+    full, full_out = chunked
+    assert resumed.iterations_run == 3
+    assert_trees_equal(resumed.states, full.states)
+    assert_trees_equal(resumed.configs, full.configs)
+    assert_trees_equal(resumed.metrics, full.metrics)
+    assert_trees_equal(resumed.lineage, full.lineage)
+    for name in ("metrics.csv", "lineage.csv"):
+        assert (out / name).read_text() == (full_out / name).read_text()
+
+
+def test_population_must_split_over_the_devices():
+    with pytest.raises(ValueError, match=r"population: 3 members do not split evenly over 2 devices") as error:
+        pbt.runner.population_mesh(dataclasses.replace(PBT, population=3), [jax.devices()[0]] * 2)
+    assert "\n" not in str(error.value)
+
+
+def test_by_default_the_members_use_as_many_devices_as_split_them_evenly(monkeypatch):
+    """No --devices (every core is a device by default): a population of 3 on 2 devices runs on 1, not refused."""
+    device = jax.devices()[0]
+    monkeypatch.setattr(pbt.runner.jax, "local_devices", lambda: [device, device])
+    assert pbt.runner.population_mesh(dataclasses.replace(PBT, population=3)).size == 1
+
+
+TWO_DEVICES = """
+import dataclasses, jax, numpy as np
+from jaxrl import pbt
+from jaxrl.algos import ppo
+config = ppo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 5, update_epochs=1, num_minibatches=2,
+                    hidden_sizes=(8, 8))
+settings = pbt.PBTConfig(population=4, ready=2, explore={"learning_rate": "loguniform:1e-4:1e-2",
+                         "ent_coef": "uniform:0:0.05"}, resample_probability=0.5)
+one = pbt.run(config, settings, devices=1, device_independent=True, num_chunks=2, progress=False)
+two = pbt.run(config, settings, devices=2, device_independent=True, num_chunks=2, progress=False)
+assert len(jax.tree.leaves(two.states.params)[0].sharding.device_set) == 2
+for a, b in zip(jax.tree.leaves((one.states, one.metrics, one.lineage)),
+                jax.tree.leaves((two.states, two.metrics, two.lineage)), strict=True):
+    a, b = (jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x for x in (a, b))
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+print("ok")
+"""
+
+
+@pytest.mark.slow  # a fresh process with 2 CPU devices compiles six programs without the algebraic simplifier
+def test_population_on_two_devices_equals_one_device():
+    """4 members sharded over 2 CPU devices (exploit copies members across them) give the 1-device run's bits
+    when both compile with `device_independent=True`, at the suite's XLA CPU optimisation level 1 (at the default
+    level 2, LLVM vectorises a device's share of the members differently: the losses round 1 ulp apart, see
+    `jaxrl.pbt.runner`)."""
+    import os
+    import subprocess
+    import sys
+
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2"
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-4000:]
+
+
+def test_ctrl_c_while_compiling_leaves_no_folder(tmp_path, monkeypatch):
+    def interrupt(self, resume):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pbt.runner._Session, "start", interrupt)
+    from jaxrl.run import loop
+
+    with pytest.raises(loop.Interrupted) as stop:
+        pbt.run(CONFIG, PBT, tmp_path / "new" / "run", progress=False)
+    assert stop.value.compiling and not (tmp_path / "new").exists()
+
+
+def test_progress_bar_shows_the_best_and_median_fitness():
+    def step(fitness):
+        return pbt.Lineage(*(np.zeros((1, 4)),) * 5, {}, {}).replace(fitness=np.array([fitness]))
+
+    assert pbt.runner.progress_text(None) == "no ready step yet"
+    assert pbt.runner.progress_text(step([1.0, np.nan, 5.0, 2.0])) == "best 5.0, median 2.0"
+    assert pbt.runner.progress_text(step([np.nan] * 4)) == "fitness: no episode ended"

@@ -1,0 +1,81 @@
+"""`jaxrl render`: episodes played without auto-reset end on their terminal state, frames match the episode,
+animations and contact sheets are written, checkpoints are only read, and errors are one line."""
+
+import hashlib
+import shutil
+import subprocess
+import sys
+
+import gymnax
+import jax
+import numpy as np
+import pytest
+from PIL import Image
+
+from jaxrl import render
+
+
+def uniform(n):
+    return lambda obs, key: jax.random.randint(key, (obs.shape[0],), 0, n)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Breakout-MinAtar"])
+def test_a_played_episode_ends_on_its_terminal_state(env_id):
+    env, params = gymnax.make(env_id)
+    states, rewards = render.play(env_id, uniform(env.num_actions), jax.random.key(3))
+    assert len(states) == len(rewards) + 1 and 1 <= len(rewards) < params.max_steps_in_episode
+    terminal = [bool(env.is_terminal(s, params)) for s in states]
+    assert terminal[-1] and not any(terminal[:-1])  # the episode stops at its first terminal state, and shows it
+    frames = render.draw(env_id, states[:3] + states[-1:], rewards[:2].tolist() + rewards[-1:].tolist())
+    assert len(frames) == 4 and frames[0].dtype == np.uint8 and frames[0].shape[-1] == 3
+    assert not np.array_equal(frames[0], frames[-1])
+
+
+def test_gif_and_contact_sheet(tmp_path):
+    frames = [np.full((40, 60, 3), 10 * i, np.uint8) for i in range(13)]
+    gif = render.write_animation(frames, tmp_path / "a.gif", fps=10)
+    with Image.open(gif) as image:
+        assert image.n_frames == 13
+    sheet = render.write_sheet(frames, tmp_path / "a.png")
+    with Image.open(sheet) as image:
+        assert image.size == (4 * 60 // 2, 2 * 40 // 2)  # 8 frames in rows of 4, at half size
+    with pytest.raises(ValueError, match="write a .gif or an .mp4"):
+        render.write_animation(frames, tmp_path / "a.avi", fps=10)
+    if shutil.which("ffmpeg") is None:
+        with pytest.raises(ValueError, match="needs ffmpeg"):
+            render.write_animation(frames, tmp_path / "a.mp4", fps=10)
+
+
+def test_an_env_without_a_renderer_is_one_line():
+    with pytest.raises(ValueError, match="no renderer; jaxrl render draws CartPole-v1"):
+        render.play("navix:Navix-Empty-5x5-v0", uniform(3), jax.random.key(0))
+
+
+def _hashes(folder):
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_cli_renders_and_evaluates_a_trained_run_and_only_reads_it(tmp_path):
+    run = tmp_path / "run"
+    train = [sys.executable, "-m", "jaxrl.cli", "train", "ppo", "--total-timesteps", "4096", "--num-envs", "4"]
+    train += ["--num-steps", "16", "--no-progress", "--compile-cache", "none", "--run-dir", str(run)]
+    subprocess.run(train, check=True, capture_output=True, timeout=900)
+    before = _hashes(run)
+    out = tmp_path / "episode.gif"
+    command = [sys.executable, "-m", "jaxrl.cli", "render", str(run), "--out", str(out), "--episodes", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    lengths = [int(line.split()[2]) for line in done.stdout.splitlines() if line.startswith("episode ")]
+    assert len(lengths) == 2
+    with Image.open(out) as image:
+        assert image.n_frames == sum(lengths) + 2  # each episode: its reset state and one frame per step
+    assert out.with_suffix(".png").is_file()
+    assert _hashes(run) == before
+    evaluate = [sys.executable, "-m", "jaxrl.cli", "eval", str(run), "--episodes", "4"]
+    evaluated = subprocess.run(evaluate, capture_output=True, text=True, timeout=900)
+    assert evaluated.returncode == 0 and "4 episodes" in evaluated.stdout, evaluated.stderr
+    modes = [line.split()[0] for line in evaluated.stdout.splitlines()[1:]]
+    assert modes == ["deterministic", "stochastic"] and _hashes(run) == before
+    bad = subprocess.run([*command[:5], "--out", str(tmp_path / "x.avi")], capture_output=True, text=True, timeout=900)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
