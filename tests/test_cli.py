@@ -146,7 +146,7 @@ def test_the_catalog_matches_the_algorithms():
 
     assert catalog.CATALOG == catalog.build()
     assert [f[:3] for f in catalog.CATALOG["ppo"]["fields"][:2]] == [
-        ("env", "str", "CartPole-v1"), ("total_timesteps", "int", "200000")
+        ["env", "str", "CartPole-v1"], ["total_timesteps", "int", "200000"]
     ]  # fmt: skip
 
 
