@@ -2,10 +2,12 @@
 
 The latest checkpoint of one seed of a run folder is restored (read only), its evaluation policy
 (`base.evaluation_policy`, deterministic or stochastic; a recurrent one carries its memory) plays episodes of
-the run's gymnax environment from reset to their end on evaluation keys (`--seed`, disjoint from training's),
-and each step is drawn by gymnax's renderer (`gymnax.visualize.Visualizer`: classic control and MinAtar). The
-env is stepped without its auto-reset, so the last frame of an episode is its terminal state. Frames carry the
-step, the reward and the return so far; the contact sheet is `SHEET_FRAMES` evenly spaced frames in one PNG.
+the run's environment from reset to their end on evaluation keys (`--seed`, disjoint from training's), and each
+step is drawn by the environment's own renderer: gymnax's (`gymnax.visualize.Visualizer`: classic control and
+MinAtar), or a suite's (`renderer` of its adapter in `jaxrl.envs.suites`: Navix, Craftax, XLand-MiniGrid,
+Jumanji). The env is stepped without its auto-reset, so the last frame of an episode is its terminal state.
+Frames carry the step, the reward and the return so far; the contact sheet is `SHEET_FRAMES` evenly spaced
+frames in one PNG.
 """
 
 from __future__ import annotations
@@ -33,13 +35,33 @@ RENDERABLE = (
     "Freeway-MinAtar",
     "SpaceInvaders-MinAtar",
 )
+SUITES = ("navix", "craftax", "xminigrid", "jumanji")  # suites whose adapters draw through the suite's renderer
+SUITE_STEP_CAP = 10_000  # the longest suite episode played when the suite sets no time limit
 SHEET_FRAMES = 8
+CAPTION_WIDTH = 360  # suite frames narrower than this are enlarged (nearest neighbour) to fit their caption
 OFFSCREEN = {"SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy", "PYGAME_HIDE_SUPPORT_PROMPT": "1"}
+
+
+def _no_renderer(env_id: str) -> ValueError:
+    suites = ", ".join(f"{s}:" for s in SUITES)
+    return ValueError(f"{env_id}: no renderer; jaxrl render draws {', '.join(RENDERABLE)} and the {suites} envs.")
+
+
+def check_renderable(env_id: str) -> None:
+    """Raises a one-line ValueError for an env jaxrl render cannot draw (or a suite whose extra is missing)."""
+    if ":" not in env_id:
+        _gymnax_env(env_id)
+        return
+    from jaxrl.envs import suites
+
+    if env_id.partition(":")[0] not in SUITES:
+        raise _no_renderer(env_id)
+    suites.check_id(env_id)
 
 
 def _gymnax_env(env_id: str):
     if env_id not in RENDERABLE:
-        raise ValueError(f"{env_id}: no renderer; jaxrl render draws {', '.join(RENDERABLE)}.")
+        raise _no_renderer(env_id)
     # classic control draws through gymnasium's pygame renderer, off screen: no window, no sound device
     for name, value in OFFSCREEN.items():
         os.environ.setdefault(name, value)
@@ -125,6 +147,75 @@ def draw(env_id: str, states: list, rewards: np.ndarray, progress: bool = False)
     return frames
 
 
+def caption(image: np.ndarray, title: str, line: str) -> np.ndarray:
+    """`image` [H, W, 3] uint8, enlarged by a whole factor to at least `CAPTION_WIDTH` pixels wide, under two lines
+    of text (`title`, then `line`) on white."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    factor = max(1, -(-CAPTION_WIDTH // image.shape[1]))
+    picture = Image.fromarray(image).resize((image.shape[1] * factor, image.shape[0] * factor), Image.NEAREST)
+    try:
+        font = ImageFont.load_default(size=13)
+    except TypeError:  # Pillow < 10.1: the fixed bitmap font
+        font = ImageFont.load_default()
+    framed = Image.new("RGB", (picture.width, picture.height + 36), "white")
+    framed.paste(picture, (0, 36))
+    text = ImageDraw.Draw(framed)
+    text.text((4, 2), title, fill="black", font=font)
+    text.text((4, 18), line, fill="black", font=font)
+    return np.asarray(framed)
+
+
+def suite_player(env_id: str, act, normalize=None):
+    """`episode(key, max_steps=None, progress=False) -> (frames, rewards)`: one episode of the suite env `env_id`
+    (`suite:Name`) with `act(obs [1, ...], key) -> action [1, ...]` (or a `RecurrentAct`), drawn by the suite's
+    renderer step by step: the captioned frames from reset to the terminal or truncated state ([T + 1]) and the
+    rewards [T]. An episode stops after `max_steps` steps (default: the env's time limit, or `SUITE_STEP_CAP`).
+    The env, the renderer and the step are built once, for every episode."""
+    from tqdm.auto import tqdm
+
+    from jaxrl.envs import suites
+
+    check_renderable(env_id)
+    env = suites.make(env_id, 1)
+    draw_state = suites.adapter(env_id.partition(":")[0]).renderer(env.suite_env)
+    spec = env.spec
+    normalize = normalize or (lambda obs: obs)
+    time_limit = env.params.max_steps_in_episode or SUITE_STEP_CAP
+    reset = jax.jit(env.reset_fn)
+
+    @jax.jit
+    def step(obs, state, memory, first, key):
+        act_key, env_key = jax.random.split(key)
+        batch = normalize(jnp.asarray(obs, jnp.float32)[None])
+        if memory is None:
+            action = act(batch, act_key)
+        else:
+            memory, action = act.step(memory, batch, first[None], act_key)
+        action = action[0] if spec.discrete else jnp.clip(action[0], spec.action_low, spec.action_high)
+        obs, state, reward, terminated, truncated = env.step_fn(env_key, state, action)
+        return obs, state, memory, reward, terminated | truncated
+
+    def episode(key: jax.Array, max_steps: int | None = None, progress: bool = False):
+        reset_key, run_key = jax.random.split(key)
+        obs, state = reset(reset_key)
+        memory = act.initial(1) if isinstance(act, RecurrentAct) else None
+        rewards, ret = [], 0.0
+        frames = [caption(draw_state(state), env_id, "step 0  reward +0.00  return 0.00")]
+        keys = jax.random.split(run_key, max_steps or time_limit)
+        for t, step_key in enumerate(tqdm(keys, desc="steps", disable=not progress, leave=False)):
+            obs, state, memory, reward, ended = step(obs, state, memory, jnp.bool_(t == 0), step_key)
+            rewards.append(float(reward))
+            ret += rewards[-1]
+            line = f"step {t + 1}  reward {rewards[-1]:+.2f}  return {ret:.2f}"
+            frames.append(caption(draw_state(state), env_id, line))
+            if bool(ended):
+                break
+        return frames, np.asarray(rewards, np.float64)
+
+    return episode
+
+
 def write_animation(frames: list[np.ndarray], out: Path, fps: int) -> Path:
     """A GIF (Pillow), or an MP4 through ffmpeg when it is on PATH."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -184,17 +275,25 @@ def render_run(
     if out.suffix.lower() not in (".gif", ".mp4"):
         raise ValueError(f"--out {out}: write a .gif or an .mp4.")
     saved, module, config, iteration, states = restore_latest(Path(run_dir))
-    _gymnax_env(config.env)  # one line for an env without a renderer, before playing
+    check_renderable(config.env)  # one line for an env without a renderer, before playing
     seeds = int(jax.tree.leaves(states)[0].shape[0])
     if not 0 <= seed_index < seeds:
         raise ValueError(f"--seed-index {seed_index}: the run has seeds 0 to {seeds - 1}.")
     state = jax.tree.map(lambda x: x[seed_index], states)
     act, normalize = base.evaluation_policy(config, state, deterministic=deterministic, algo=module)
     frames, lines = [], [f"{run_dir}: {saved['algo']} on {config.env}, seed {seed_index}, iteration {iteration}"]
-    episode = jax.jit(lambda key: play_arrays(config.env, act, key, normalize))  # compiled once, every episode
+    progress = progress and sys.stderr.isatty()
+    if ":" in config.env:  # built and compiled once, for every episode
+        suite_episode = suite_player(config.env, act, normalize)
+    else:
+        episode = jax.jit(lambda key: play_arrays(config.env, act, key, normalize))
     for e, key in enumerate(jax.random.split(jax.random.key(key_seed), episodes)):
-        sequence, rewards = unstack(*episode(key))
-        frames += draw(config.env, sequence, rewards, progress and sys.stderr.isatty())
+        if ":" in config.env:
+            drawn, rewards = suite_episode(key, progress=progress)
+            frames += drawn
+        else:
+            sequence, rewards = unstack(*episode(key))
+            frames += draw(config.env, sequence, rewards, progress)
         lines.append(f"episode {e}: {len(rewards)} steps, return {rewards.sum():.2f}")
     animation = write_animation(frames, out, fps)
     sheet = write_sheet(frames, out.with_suffix(".png"))

@@ -9,7 +9,7 @@ use_venv() {
   local extra="${1:-}" spec="." check="jaxrl"
   if [[ -n "$extra" ]]; then
     spec=".[$extra]"
-    [[ "$extra" == test ]] && check="jaxrl pytest pytest-xdist rlax"
+    [[ "$extra" == test ]] && check="jaxrl pytest pytest-xdist rlax rliable"
   fi
   if [[ -z "${VIRTUAL_ENV:-}" ]]; then
     if [[ ! -x .venv/bin/python ]]; then

@@ -46,9 +46,54 @@ def test_gif_and_contact_sheet(tmp_path):
             render.write_animation(frames, tmp_path / "a.mp4", fps=10)
 
 
-def test_an_env_without_a_renderer_is_one_line():
-    with pytest.raises(ValueError, match="no renderer; jaxrl render draws CartPole-v1"):
-        render.play("navix:Navix-Empty-5x5-v0", uniform(3), jax.random.key(0))
+def constant(action):
+    return lambda obs, key: jax.numpy.full((obs.shape[0],), action)
+
+
+# each action changes the picture every step: a turn (Navix, XLand-MiniGrid), a move (Jumanji's snake always moves;
+# Craftax's player moves left or turns to face left)
+SUITE_EPISODES = [
+    ("navix:Navix-Empty-5x5-v0", 1),
+    ("xminigrid:MiniGrid-Empty-6x6", 1),
+    ("jumanji:Snake-v1", 0),
+    pytest.param("craftax:Craftax-Classic-Symbolic-v1", 1, marks=pytest.mark.slow),  # compiling Craftax: ~50 s
+]
+
+
+@pytest.mark.parametrize("env_id, action", SUITE_EPISODES)
+def test_a_suite_env_is_drawn_by_its_own_renderer(env_id, action):
+    pytest.importorskip(env_id.partition(":")[0])
+    frames, rewards = render.suite_player(env_id, constant(action))(jax.random.key(0), max_steps=3)
+    assert len(frames) == 4 and rewards.shape == (3,)  # the reset state and one frame per step
+    assert all(f.dtype == np.uint8 and f.ndim == 3 and f.shape == frames[0].shape for f in frames)
+    assert frames[0].shape[-1] == 3 and frames[0].shape[1] >= render.CAPTION_WIDTH
+    pictures = [f[40:] for f in frames]  # below the two-line caption
+    assert all(not np.array_equal(a, b) for a, b in zip(pictures, pictures[1:])), env_id
+    assert pictures[0].std() > 0  # not a blank frame
+
+
+@pytest.mark.parametrize("env_id", ["brax:inverted_pendulum", "playground:CartpoleBalance", "MyEnv-v0"])
+def test_an_env_without_a_renderer_is_one_line(env_id):
+    with pytest.raises(ValueError, match="no renderer; jaxrl render draws CartPole-v1.* navix:, craftax:") as e:
+        render.check_renderable(env_id)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="no renderer"):
+        render.play(env_id, uniform(3), jax.random.key(0))
+
+
+def test_cli_refuses_an_env_without_a_renderer_in_one_line(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from jaxrl import cli
+    from jaxrl.run import evaluate
+
+    config = SimpleNamespace(env="brax:inverted_pendulum")
+    monkeypatch.setattr(evaluate, "restore_latest", lambda run_dir: ({"algo": "ppo"}, None, config, 1, None))
+    status = cli.main(["render", str(tmp_path), "--out", str(tmp_path / "episode.gif")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("jaxrl: error: brax:inverted_pendulum: no renderer"), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "episode.gif").exists()
 
 
 def _hashes(folder):

@@ -10,11 +10,18 @@
   out); Pixels ids give its [H, W, 3] image, kept as an image for `torso="cnn"`.
 - Keywords: fields of the suite's `EnvParams` (e.g. `max_timesteps=1000`; Craftax's default limit is 100000,
   Classic's 10000).
+- Rendering: `renderer` draws Craftax's pixel view (`render_craftax_pixels`: the player's surroundings and the
+  inventory, 16 pixels a block) of Symbolic and Pixels ids alike.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+
+import jax
 import jax.numpy as jnp
+import numpy as np
 from craftax.craftax_env import make_craftax_env_from_name
 
 from jaxrl.envs.suites.base import AutoResetVecEnv, as_observation, discrete_spec
@@ -43,3 +50,18 @@ def make(name: str, num_envs: int, **params) -> AutoResetVecEnv:
 
     spec = discrete_spec(f"{PREFIX}:{name}", reset, env.action_space(params).n)
     return AutoResetVecEnv(reset, step, num_envs, spec, int(params.max_timesteps), suite_env=(env, params))
+
+
+def renderer(suite_env):
+    """`draw(state) -> [H, W, 3] uint8`: one env's state (a Craftax EnvState) drawn by Craftax's pixel renderer
+    (`make_craftax_pixel_renderer(BLOCK_PIXEL_SIZE_IMG)`), of Craftax or Craftax-Classic as the env is."""
+    env, _ = suite_env
+    if type(env).__module__.startswith("craftax.craftax_classic"):
+        from craftax.craftax_classic.constants import BLOCK_PIXEL_SIZE_IMG
+        from craftax.craftax_classic.renderer import make_craftax_pixel_renderer
+    else:
+        from craftax.craftax.constants import BLOCK_PIXEL_SIZE_IMG
+        from craftax.craftax.renderer import make_craftax_pixel_renderer
+    with contextlib.redirect_stdout(io.StringIO()):  # Craftax reports loading its textures on stdout
+        pixels = jax.jit(make_craftax_pixel_renderer(BLOCK_PIXEL_SIZE_IMG))
+    return lambda state: np.asarray(jnp.clip(jnp.round(pixels(state)), 0, 255), np.uint8)

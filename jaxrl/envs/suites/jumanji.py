@@ -16,6 +16,8 @@
   never choose a masked action (`jaxrl.networks.heads`). `info["action_mask"]` [N, A] (bool) is the same mask
   of the returned observation (after any auto-reset).
 - Keywords: the environment's constructor arguments (`jumanji.make(name, **kwargs)`, e.g. `time_limit=500`).
+- Rendering: `renderer` draws with the environment's own Matplotlib viewer (`jumanji.viewer.MatplotlibViewer`)
+  in its `rgb_array` mode, off screen.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import jumanji
+import numpy as np
 from jumanji import specs
 from jumanji.types import StepType
 
@@ -89,3 +92,26 @@ def make(name: str, num_envs: int, **kwargs) -> AutoResetVecEnv:
     extras = (lambda carry: {"action_mask": carry[1]}) if mask is not None else None
     limit = getattr(env, "time_limit", None)  # Jumanji ends it with a termination, so it bounds no truncations
     return AutoResetVecEnv(reset, step, num_envs, spec, None, extras, suite_env=env, episode_limit=limit)
+
+
+FIGURE_INCHES = 5.0  # the viewer's figure, 100 pixels an inch
+
+
+def renderer(env):
+    """`draw(carry) -> [H, W, 3] uint8`: one env's state (this adapter's carry: the Jumanji State and its action
+    mask) drawn by the environment's Matplotlib viewer in `rgb_array` mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # off screen
+    from jumanji.viewer import MatplotlibViewer
+
+    viewer = getattr(env, "_viewer", None) or getattr(env, "viewer", None)
+    if not isinstance(viewer, MatplotlibViewer):
+        raise ValueError(f"Jumanji's {type(env).__name__}: its viewer ({type(viewer).__name__}) draws no RGB frames.")
+    viewer.figure_size = (FIGURE_INCHES, FIGURE_INCHES)
+    viewer._display = viewer._display_rgb_array  # the viewer's own rgb_array mode, on an env built for display
+
+    def draw(carry):
+        return np.asarray(viewer.render(jax.device_get(carry[0])))[..., :3].copy()
+
+    return draw

@@ -10,11 +10,14 @@
   for `torso="cnn"`. `observation="rgb"` (or any name in `navix.observations`) picks another one.
 - Keywords: `max_steps` (navix's time limit; default 100, as `navix.make`), `observation`, and any other keyword
   of the navix environment's constructor.
+- Rendering: `renderer` draws the whole grid with navix's `observations.rgb` (its tile sprites).
 """
 
 from __future__ import annotations
 
+import jax
 import navix
+import numpy as np
 
 from jaxrl.envs.suites.base import AutoResetVecEnv, as_observation, discrete_spec
 
@@ -53,3 +56,10 @@ def make(name: str, num_envs: int, **kwargs) -> AutoResetVecEnv:
 
     spec = discrete_spec(f"{PREFIX}:{name}", reset, len(env.action_set))
     return AutoResetVecEnv(reset, step, num_envs, spec, env.max_steps, suite_env=env)
+
+
+def renderer(env):
+    """`draw(timestep) -> [H, W, 3] uint8`: one env's state (this adapter's, a navix Timestep) drawn whole by
+    navix's RGB observation (`navix.observations.rgb`)."""
+    rgb = jax.jit(navix.observations.rgb)
+    return lambda timestep: np.asarray(rgb(timestep.state), np.uint8)

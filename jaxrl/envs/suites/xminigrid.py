@@ -14,12 +14,16 @@
   they run xminigrid's empty default ruleset (no goal). xminigrid downloads benchmarks from Hugging Face on
   first use; jaxrl never downloads (an env is built many times: validation, init, evaluation), so a benchmark
   not yet on disk is a one-line error saying how to fetch it.
+- Rendering: `renderer` draws the whole grid with xminigrid's RGB renderer (`env.render`, MiniGrid's tiles), the
+  agent's view highlighted.
 """
 
 from __future__ import annotations
 
 import os
 
+import jax
+import numpy as np
 import xminigrid
 from xminigrid import benchmarks
 from xminigrid.types import StepType
@@ -69,3 +73,11 @@ def make(name: str, num_envs: int, **params) -> AutoResetVecEnv:
 
     spec = discrete_spec(f"{PREFIX}:{name}", reset, env.num_actions(env_params))
     return AutoResetVecEnv(reset, step, num_envs, spec, int(env_params.max_steps), suite_env=(env, env_params))
+
+
+def renderer(suite_env):
+    """`draw(timestep) -> [H, W, 3] uint8`: one env's state (this adapter's, an xminigrid TimeStep) drawn by
+    xminigrid's RGB renderer (NumPy, on the host)."""
+    env, params = suite_env
+    params = params.replace(render_mode="rgb_array")
+    return lambda timestep: np.asarray(env.render(params, jax.device_get(timestep)), np.uint8)
