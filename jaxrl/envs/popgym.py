@@ -25,7 +25,7 @@ POPGym's baselines feed them to their models. `jaxrl.envs.memory` registers them
   Medium 150, Hard 100 steps.
 
 POPGym reports the end of RepeatPrevious's deck as a truncation; here it is a termination, as in CountRecall: the
-deck's end is part of the task and no reward follows it. Its CountRecall's actions stop at N / num_types - 1, one
+deck's end is part of the task and no reward follows it. POPGym's CountRecall actions stop at N / num_types - 1, one
 short of the largest count that can occur; here every count is an action.
 
 This module imports gymnax; `jaxrl.envs.memory` imports it on first use.
