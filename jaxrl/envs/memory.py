@@ -1,4 +1,4 @@
-"""Memory tasks at a chosen memory length, registered as ids every Config accepts.
+"""Memory tasks, registered as ids every Config accepts: MemoryChain at a chosen memory length and POPGym's tasks.
 
 `MemoryChain-bsuite-L<n>`: bsuite's memory chain (Osband et al. 2020, "Behaviour Suite for Reinforcement
 Learning"; gymnax's `MemoryChain-bsuite`) with `memory_length = n` instead of 5: a context bit is shown in the first
