@@ -264,7 +264,7 @@ def test_checkpoint_carries_the_hidden_state(tmp_path, core):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("core", ["gru", "lstm", "lru"])  # gtrxl: ~150 s to compile here; its PQN twin vmaps
+@pytest.mark.parametrize("core", ["gru", "lstm", "lru"])  # gtrxl: the next test, over learning rates too
 def test_tiny_recurrent_ppo_vmaps_over_seeds_and_evaluates(core):
     config = dataclasses.replace(TINY, core=core)
     keys = jax.random.split(jax.random.key(0), 2)
@@ -277,6 +277,29 @@ def test_tiny_recurrent_ppo_vmaps_over_seeds_and_evaluates(core):
     act, normalize = ppo.evaluation_policy(ppo.setup(config), config, state)
     out = jax.jit(lambda k: evaluate(config.env, act, k, 8, normalize=normalize))(jax.random.key(3))
     assert int(out["finished"]) == 8
+
+
+@pytest.mark.slow
+def test_tiny_gtrxl_ppo_vmaps_over_learning_rates_and_seeds():
+    """PPO with the transformer core, vmapped over 2 learning rates x 2 seeds in one program, equals each of the
+    4 runs compiled alone (the learning rate a traced leaf: one program for the 4 separate runs)."""
+    config = dataclasses.replace(TINY, core="gtrxl")
+    configs = [dataclasses.replace(config, learning_rate=lr) for lr in (3e-4, 3e-3)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *configs)
+    keys = jax.random.split(jax.random.key(0), 2)
+    batched = jax.jit(jax.vmap(jax.vmap(ppo.train, in_axes=(None, 0)), in_axes=(0, None)))(stacked, keys)
+    train = jax.jit(ppo.train)
+    for i, one in enumerate(configs):
+        for j, key in enumerate(keys):
+            run = train(one, key)
+            assert_trees_close(index(index(batched, i), j), run, rtol=1e-4, atol=1e-5)
+    assert train._cache_size() == 1
+    state, metrics = index(index(batched, 1), 0)
+    assert np.all(np.isfinite(metrics["value_loss"])) and np.all(np.isfinite(metrics["policy_loss"]))
+    shapes = [x.shape for x in jax.tree.leaves(state.memory.hidden)]
+    assert (4, 2, 32, 8) in shapes and all(shape[0] == 4 for shape in shapes), shapes  # 2 layers x 32 past steps
+    slower = jax.tree.leaves(index(index(batched, 0), 0)[0].params)  # learning rate 3e-4, same seed
+    assert any(not np.allclose(a, b) for a, b in zip(jax.tree.leaves(state.params), slower, strict=True))
 
 
 # MemoryChain-bsuite (gymnax's bsuite memory_chain, memory length 5): the context bit is shown at the first steps

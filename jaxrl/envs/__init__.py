@@ -20,15 +20,16 @@ contract; any other id is one a user added with `register` (a gymnax 1.x environ
 
 Modules, bottom up: `spec` (EnvSpec, the VecEnv protocol), `gymnax` (the gymnax adapter), `wrappers`
 (per-device keys, normalisation, episode statistics, clipping and scaling), `suites` (one adapter per suite,
-importing only spec and wrappers), `registry` (ids, `register`, `make`), `memory` (memory tasks at a chosen
-length, as registered ids). None of them imports the rest of jaxrl.
+importing only spec and wrappers), `registry` (ids, `register`, `make`), `memory` (memory tasks as registered
+ids: MemoryChain at a chosen length, POPGym's tasks), `popgym` (POPGym's tasks in JAX, imported on first use).
+None of them imports the rest of jaxrl.
 
 gymnax is imported on first use, not with this package: its import creates JAX arrays, which initialises JAX's
 backends, after which the CPU device count (`jaxrl.sweep.use_cpu_cores`) and `jax.distributed.initialize`
 can no longer be set up.
 """
 
-from jaxrl.envs import memory  # noqa: F401, E402  (registers the MemoryChain-bsuite-L<n> ids)
+from jaxrl.envs import memory  # noqa: F401, E402  (registers the MemoryChain-bsuite-L<n> and popgym-* ids)
 from jaxrl.envs.gymnax import GymnaxVecEnv, spec_of
 from jaxrl.envs.registry import _REGISTERED, Registration, check_env_id, make, register, registered_ids  # noqa: F401
 from jaxrl.envs.spec import EnvSpec, VecEnv, action_mask

@@ -73,7 +73,7 @@ def check_env_id(env_id: str) -> None:
     registered = gymnax.ids()
     if env_id in registered:
         return
-    close = difflib.get_close_matches(env_id, registered, n=3, cutoff=0.4)
+    close = difflib.get_close_matches(env_id, [*registered, *_REGISTERED], n=3, cutoff=0.4)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     raise ValueError(
         f"env={env_id!r} is not a registered gymnax environment.{hint} Known ids: {', '.join(registered)}. "
