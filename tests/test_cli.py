@@ -93,6 +93,13 @@ def test_sweep_command_writes_results_summary_and_plot(tmp_path, capsys):
     assert (tmp_path / "t.png").stat().st_size > 10_000
 
 
+def test_a_quiet_sweep_prints_its_summary_alone(tmp_path, capsys):
+    argv = f"sweep ppo {TINY} --grid learning_rate=1e-3 --seeds 1 --out {tmp_path / 'sweep'} --quiet"
+    assert cli.main(argv.split()) == 0
+    printed = capsys.readouterr()
+    assert "config(s) x" not in printed.out and "95% interval" in printed.out and printed.err == ""
+
+
 def test_plot_needs_something_to_plot(capsys):
     assert cli.main(["plot"]) == 2
     assert "--sensitivity" in capsys.readouterr().err
