@@ -111,6 +111,8 @@ PROCESS_FLAGS = [
     ("--num-processes", dict(type=int, default=1, help="multi-process: number of processes")),
     ("--process-id", dict(type=int, default=None, help="multi-process: this process, 0 .. N-1")),
 ]
+QUIET_FLAG = ("--quiet", dict(action="store_true", help="print only the results (the final summary), warnings and"
+    " errors: no status lines, no progress bar"))
 CACHE_FLAG = ("--compile-cache", dict(default=DEFAULT_CACHE, help="folder of JAX's persistent compilation cache;"
         " 'none' turns it off"))
 TRAIN_FLAGS = [
@@ -122,6 +124,7 @@ TRAIN_FLAGS = [
     ("--target-return", dict(type=float, default=None, help="also report the seconds until each seed's return first"
         " reached this")),
     ("--no-progress", dict(action="store_true", help="hide the progress bar")),
+    QUIET_FLAG,
     ("--resume", dict(default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint"
         " with its own settings (a flag given with another value is refused, except --chunks, --checkpoint-every and"
         " other flags that change no number)")),
@@ -162,6 +165,7 @@ SWEEP_FLAGS = [
         " use; one per process of a multi-process run)")),
     *PROCESS_FLAGS,
     CACHE_FLAG,
+    QUIET_FLAG,
 ]
 EVAL_FLAGS = [
     ("run_dir", dict(help="run folder (with config.json and checkpoints/)")),
@@ -197,6 +201,7 @@ PBT_FLAGS = [
     ("--resume", dict(default=None, metavar="DIR", help="continue the population in DIR from its latest checkpoint"
         " with its own settings")),
     ("--no-progress", dict(action="store_true", help="hide the progress bar")),
+    QUIET_FLAG,
     ("--devices", dict(type=_number, default=None, help="shard the members over the first N local devices (default:"
         " all; the population a multiple of N)")),
     *PROCESS_FLAGS,

@@ -44,9 +44,9 @@ def start_jax(args, what: str) -> None:
 
 
 def status(args, text: str) -> None:
-    """A status line on a terminal (stderr a tty, the progress bar on): what the command is doing before its
-    progress bar can show anything."""
-    if not getattr(args, "no_progress", False) and sys.stderr.isatty():
+    """A status line on a terminal (stderr a tty, no --quiet): what the command is doing before its progress bar
+    can show anything."""
+    if not getattr(args, "quiet", False) and sys.stderr.isatty():
         print(f"jaxrl {args.command} {args.algo}: {text}", file=sys.stderr, flush=True)
 
 
@@ -74,7 +74,8 @@ def train_command(args) -> int:
 
         args.devices = "all" if jax.process_count() > 1 else auto_devices(config, settings["seeds"])
     flags = {k: getattr(args, k) for k in ("checkpoint_every", "devices", "tensorboard", "target_return")}
-    flags.update(num_chunks=args.chunks, progress=not args.no_progress, run_dir=args.resume, resume=bool(args.resume))
+    flags.update(num_chunks=args.chunks, progress=not (args.no_progress or args.quiet), status=not args.quiet)
+    flags.update(run_dir=args.resume, resume=bool(args.resume))
     plan = loop.validate_run(module, config, loop.RunOptions(**settings, **flags))  # before a run folder is named
     made = []  # the folders a new run's name made (removed again when the run leaves them empty)
     if not args.resume:
@@ -130,7 +131,7 @@ def run_sweep(args) -> int:
         if jax.process_index() == 0:  # where the results go must be writable before anything trains
             Path(args.out).mkdir(parents=True, exist_ok=True)
         counts = f"{len(points)} config(s) x {args.seeds} seed(s) over {len(devices)} device(s)"
-        if jax.process_index() == 0:
+        if jax.process_index() == 0 and not args.quiet:
             print(f"sweep {args.algo} on {base.env}: {counts} in {jax.process_count()} process(es)", flush=True)
         options = dict(seeds=args.seeds, seed=args.seed, algo=module, devices=devices, method=args.method)
         if args.points_per_program is None:
@@ -229,8 +230,8 @@ def pbt_command(args) -> int:
         config, settings, seed, chunks = _pbt_settings(args, module)
         module.validate(config)
         options = dict(num_chunks=chunks, checkpoint_every=args.checkpoint_every, resume=bool(args.resume))
-        options |= dict(progress=not args.no_progress, devices=args.devices)
-        log = lambda s: print(s, flush=True)  # noqa: E731
+        options |= dict(progress=not (args.no_progress or args.quiet), devices=args.devices)
+        log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
         print(pbt.run_to_folder(out, args.algo, config, settings, seed, log=log, **options))
     except loop.Interrupted as stop:
         print(f"jaxrl: {stop.explain(args.algo, bool(args.resume), command='pbt')}", file=sys.stderr)

@@ -254,3 +254,26 @@ def test_pbt_vs_search_traces_the_best_members_schedule_through_its_parents():
     lineage = pbt.Lineage(np.array([2, 4]), np.zeros((2, 3)), np.zeros((2, 3), int), exploited, parent, during, after)
     np.testing.assert_array_equal(ancestry(lineage, 1)["learning_rate"], [1.0, 10.0, 20.0])
     np.testing.assert_array_equal(ancestry(lineage, 0)["learning_rate"], [1.0, 1.0, 1.0])
+
+
+def test_install_size_finds_what_only_one_dependency_needs():
+    """`install_size.only_for`: the distributions that only the dropped direct dependencies need, through extras
+    and markers; a distribution another dependency also needs stays."""
+    from benchmarks.install_size import only_for
+
+    def dist(name, size, *requires):
+        return {"name": name, "version": "1", "bytes": size, "requires": list(requires)}
+
+    base = {
+        "distributions": [
+            dist("jaxrl", 1, "A", "b", "c[x]", 'pytest; extra == "test"'),
+            dist("a", 10, "d"),
+            dist("B", 20, "d>=1", "e"),
+            dist("c", 30, "f", 'g; extra == "x"', 'h; extra == "dev"'),
+            *(dist(name, 1e6) for name in "defgh"),
+        ]
+    }
+    assert only_for(base, {"a"}) == {"distributions": ["a"], "mb": 0.0}
+    assert only_for(base, {"b"}) == {"distributions": ["b", "e"], "mb": 1.0}
+    assert only_for(base, {"c"}) == {"distributions": ["c", "f", "g"], "mb": 2.0}
+    assert only_for(base, {"a", "b"})["distributions"] == ["a", "b", "d", "e"]

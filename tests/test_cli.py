@@ -93,6 +93,13 @@ def test_sweep_command_writes_results_summary_and_plot(tmp_path, capsys):
     assert (tmp_path / "t.png").stat().st_size > 10_000
 
 
+def test_a_quiet_sweep_prints_its_summary_alone(tmp_path, capsys):
+    argv = f"sweep ppo {TINY} --grid learning_rate=1e-3 --seeds 1 --out {tmp_path / 'sweep'} --quiet"
+    assert cli.main(argv.split()) == 0
+    printed = capsys.readouterr()
+    assert "config(s) x" not in printed.out and "95% interval" in printed.out and printed.err == ""
+
+
 def test_plot_needs_something_to_plot(capsys):
     assert cli.main(["plot"]) == 2
     assert "--sensitivity" in capsys.readouterr().err
@@ -209,17 +216,17 @@ def test_sweep_out_that_is_a_file_is_refused_before_training(tmp_path, capsys):
 
 
 def test_a_terminal_hears_what_train_is_doing_before_jax_starts(monkeypatch, capsys):
-    """On a terminal the first line comes before JAX is imported (`commands.status`); with --no-progress or
-    when stderr is not a terminal (logs, pipes) nothing is printed."""
+    """On a terminal the first line comes before JAX is imported (`commands.status`); with --quiet or when
+    stderr is not a terminal (logs, pipes) nothing is printed."""
     import argparse
 
     from jaxrl import commands
 
-    args = argparse.Namespace(command="train", algo="ppo", no_progress=False)
+    args = argparse.Namespace(command="train", algo="ppo", no_progress=True, quiet=False)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     commands.status(args, "starting JAX and ppo")
     assert capsys.readouterr().err == "jaxrl train ppo: starting JAX and ppo\n"
-    commands.status(argparse.Namespace(**{**vars(args), "no_progress": True}), "x")
+    commands.status(argparse.Namespace(**{**vars(args), "quiet": True}), "x")
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
     commands.status(args, "x")
     assert capsys.readouterr().err == ""
@@ -239,3 +246,70 @@ def test_an_error_before_any_run_imports_no_jax():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["2", "True", "[]"], done.stdout + done.stderr
     assert "invalid choice: 'PPO'" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_quiet_leaves_the_summary_alone_on_a_terminal(tmp_path, monkeypatch, capsys):
+    """On a terminal `jaxrl train` shows status lines and the progress bar; with --quiet neither: stderr stays
+    empty and stdout holds the summary. (--no-progress hides the bar alone: see the cache hit test.)"""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    shown = {}
+    for name, flags in {"default": [], "quiet": ["--quiet"]}.items():
+        argv = ["train", "ppo", *TINY.split(), "--chunks", "2", "--run-dir", str(tmp_path / name), *flags]
+        assert cli.main(argv) == 0
+        shown[name] = capsys.readouterr()
+    assert "compiling the training program" in shown["default"].err and "%|" in shown["default"].err
+    assert shown["quiet"].err == ""
+    for name in shown:
+        assert "final return" in shown[name].out and f"run folder          {tmp_path / name}" in shown[name].out
+
+
+def _on_a_terminal(command: list[str], env: dict, timeout_s: float = 900.0) -> tuple[int, str]:
+    """(exit status, what it wrote to stderr) of `command` run with stderr a pseudo-terminal, read while it runs
+    (so that a full terminal buffer never blocks it) until it exits."""
+    import os
+    import select
+    import subprocess
+    import time
+
+    primary, replica = os.openpty()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=replica, env=env)
+    os.close(replica)
+    chunks, deadline = [], time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if select.select([primary], [], [], 1.0)[0]:
+                try:
+                    chunk = os.read(primary, 65536)
+                except OSError:  # the other end is closed: the process has exited
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        proc.kill()
+        os.close(primary)
+    return code, b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_the_compiled_status_line_tells_a_cache_hit_from_a_miss(tmp_path):
+    """The same run twice with one persistent compilation cache: the first compiles its programs and stores them
+    (`compilation cache miss`), the second loads them (`compilation cache hit`); without the cache the line
+    names neither."""
+    import os
+
+    env = {**os.environ, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}  # store every program, however quick
+    command = [sys.executable, "-m", "jaxrl.cli", "train", "ppo", *TINY.split(), "--no-progress", "--chunks", "2"]
+    cache = ["--compile-cache", str(tmp_path / "cache")]
+    lines = []
+    for name, flags in (("first", cache), ("second", cache), ("uncached", [])):
+        code, shown = _on_a_terminal([*command, *flags, "--run-dir", str(tmp_path / name)], env)
+        assert code == 0, shown
+        lines.append(next(line for line in shown.splitlines() if "compiled in" in line))
+    assert lines[0].endswith("(compilation cache miss)"), lines  # shown with --no-progress: the bar alone is off
+    assert lines[1].endswith("(compilation cache hit)"), lines
+    assert "cache" not in lines[2], lines
+    assert any((tmp_path / "cache").iterdir())

@@ -368,8 +368,9 @@ def test_cli_trains_a_population_and_refuses_a_bad_prior_in_one_line(tmp_path):
         rows = list(csv.DictReader(file))
     assert len(rows) == 4 * 2 and {int(r["member"]) for r in rows} == {0, 1, 2, 3}
     lineage = (out / "lineage.csv").read_text()
-    again = jaxrl("--resume", str(out))  # finished: nothing left to train, the same lineage
+    again = jaxrl("--resume", str(out), "--quiet")  # finished: nothing left to train, the same lineage
     assert again.returncode == 0, again.stderr
+    assert "compiling" not in again.stdout and str(out / "lineage.csv") in again.stdout  # the summary alone
     assert (out / "lineage.csv").read_text() == lineage
     changed = jaxrl("--resume", str(out), "--population", "8")
     assert changed.returncode == 2 and len(changed.stderr.strip().splitlines()) == 1, changed.stderr

@@ -39,7 +39,7 @@ from jaxrl.pbt.lineage import Lineage
 from jaxrl.pbt.population import PBTConfig, validate
 from jaxrl.pbt.program import fire_schedule, make_chunk, make_start, step_keys
 from jaxrl.run import checkpoint, folder
-from jaxrl.run.compile import chunk_sizes
+from jaxrl.run.compile import cache_events, cache_note, chunk_sizes
 from jaxrl.run.loop import Interrupted
 from jaxrl.run.signals import DeferredStop, TermAsInterrupt, signum_of
 from jaxrl.sweep.devices import AXIS
@@ -194,9 +194,10 @@ def run(
                 session = _Session(config, pbt, mesh, plan, seed, out, info, device_independent)
                 log(f"{'restoring and compiling' if resume else 'compiling'}: {pbt.population} members over "
                     f"{mesh.size} device(s), {len(plan)} chunk(s)")  # fmt: skip
+                cached = cache_events()
                 session.start(resume)
                 TermAsInterrupt.raise_if_swallowed()
-                log(f"compiled in {session.compile_s:.1f} s")
+                log(f"compiled in {session.compile_s:.1f} s{cache_note(cached, cache_events())}")
             except KeyboardInterrupt as error:
                 claim.discard()
                 raise Interrupted(0, out, compiling=True, signum=signum_of(error)) from error

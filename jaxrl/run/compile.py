@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
@@ -290,7 +291,50 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def enable_compilation_cache(path: str) -> None:
-    """JAX's persistent cache: a second run of the same program loads it instead of compiling it."""
+    """JAX's persistent cache: a second run of the same program loads it instead of compiling it. Programs that
+    compile in under 0.5 s are not stored (the environment variable JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS,
+    when set, gives another threshold)."""
     jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    cache_events()
+
+
+# JAX's monitoring events (`jax.monitoring`) of the persistent compilation cache: a program loaded from it, and a
+# program compiled and written to it. A program too quick to compile to be stored records neither.
+CACHE_EVENTS = {"/jax/compilation_cache/cache_hits": "hits", "/jax/compilation_cache/cache_misses": "misses"}
+_cache_counts = {"hits": 0, "misses": 0}
+_cache_lock = threading.Lock()
+_cache_listening = []  # [True] once the listener is registered
+
+
+def _count_cache_event(event: str, **_) -> None:
+    what = CACHE_EVENTS.get(event)
+    if what is not None:
+        with _cache_lock:
+            _cache_counts[what] += 1
+
+
+def cache_events() -> dict[str, int]:
+    """How many programs this process has loaded from JAX's persistent compilation cache ("hits") and compiled
+    and written to it ("misses") since the first call (which starts counting, through a `jax.monitoring`
+    listener); compiles on any thread count. Two calls around a compile tell where its programs came from
+    (`cache_note`)."""
+    with _cache_lock:
+        if not _cache_listening:
+            jax.monitoring.register_event_listener(_count_cache_event)
+            _cache_listening.append(True)
+        return dict(_cache_counts)
+
+
+def cache_note(before: dict[str, int], after: dict[str, int]) -> str:
+    """" (compilation cache hit)", " (compilation cache miss)" or " (compilation cache: 1 hit, 2 misses)" for the
+    programs compiled between two `cache_events()`; "" when the cache took no part (off, or every program too
+    quick to compile to be stored)."""
+    hits, misses = (after[k] - before[k] for k in ("hits", "misses"))
+    if not hits and not misses:
+        return ""
+    if not hits or not misses:
+        return f" (compilation cache {'miss' if misses else 'hit'})"
+    return f" (compilation cache: {hits} hit{'s' * (hits > 1)}, {misses} miss{'es' * (misses > 1)})"

@@ -409,6 +409,7 @@ RESUME_FREE = (
     "chunks",
     "checkpoint_every",
     "no_progress",
+    "quiet",
     "tensorboard",
     "target_return",
     "wandb",

@@ -32,7 +32,7 @@ from jaxrl import parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm, to_dict
 from jaxrl.run import folder, hosts, session
-from jaxrl.run.compile import EVAL_METRICS, check_memory, is_out_of_memory
+from jaxrl.run.compile import EVAL_METRICS, cache_events, cache_note, check_memory, is_out_of_memory
 from jaxrl.run.folder import RunDirError, make_run_dir  # noqa: F401  (what run raises and names, importable here)
 from jaxrl.run.report import RunResult, first_divergence, last_finite_return, progress_text, write_summary
 from jaxrl.run.signals import DeferredStop, Stop, TermAsInterrupt, signum_of  # noqa: F401  (Stop: importable here)
@@ -114,13 +114,16 @@ class RunOptions:
     there), metrics.csv (and with `tensorboard` TensorBoard event files); `eval_every` / `eval_episodes`: the
     evaluation inside the chunks; `sinks`: more metric sinks; `target_return`: reported in summary.json;
     `name`: the algorithm's name (default its registered one); `devices`: the devices of each seed's one
-    data-parallel policy (a count, "all", a Mesh or a list of devices)."""
+    data-parallel policy (a count, "all", a Mesh or a list of devices). `progress`: the progress bar; `status`:
+    when stderr is a terminal, status lines before it (compiling, then the compile seconds and whether the
+    persistent compilation cache had the programs)."""
 
     seeds: int = 1
     seed: int = 0
     num_chunks: int = 20
     run_dir: str | Path | None = None
     progress: bool = True
+    status: bool = True
     checkpoint_every: int = 5
     resume: bool = False
     tensorboard: bool = False
@@ -239,14 +242,16 @@ def execute(plan: Plan) -> RunResult:
             try:
                 if claim.written:
                     (run_dir / "config.json").write_text(json.dumps(info, indent=2))
-                status = o.progress and hosts.lead() and sys.stderr.isatty()  # a terminal: say what is happening
+                status = o.status and hosts.lead() and sys.stderr.isatty()  # a terminal: say what is happening
                 if status:
                     what = "restoring and compiling" if o.resume else "compiling"
                     print(f"{plan.name} {plan.config.env}: {what} the training program", file=sys.stderr, flush=True)
+                cached = cache_events()
                 held = session.start(plan, keys, info, None if run_dir is None else run_dir / "checkpoints")
                 TermAsInterrupt.raise_if_swallowed()  # a stop that landed in a gc callback while compiling
                 if status:
-                    print(f"{plan.name} {plan.config.env}: compiled in {held.compile_s:.1f} s", file=sys.stderr)
+                    note = cache_note(cached, cache_events())  # loaded from the persistent cache, or compiled
+                    print(f"{plan.name} {plan.config.env}: compiled in {held.compile_s:.1f} s{note}", file=sys.stderr)
             except KeyboardInterrupt as error:
                 claim.discard()
                 raise Interrupted(0, run_dir, compiling=True, signum=signum_of(error)) from error
