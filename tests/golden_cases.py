@@ -5,9 +5,11 @@
 a refactor that changes any number on CPU fails loudly. Re-record only for a deliberate change of behaviour, on
 each kind of machine, and name it in the commit.
 
-XLA compiles CPU code for the widest vector ISA the machine has, and AVX-512 code rounds differently from AVX2
-code (capping the ISA with `--xla_cpu_max_isa` does not make the two agree: XLA's runtime kernels still choose
-by CPU), so each x86 vector ISA has its own recordings: `avx512` and `avx2`.
+XLA compiles CPU code for the CPU it runs on, and the numbers differ in the last bits between vector ISAs (AVX-512
+code rounds differently from AVX2 code; capping the ISA with `--xla_cpu_max_isa` does not make them agree: XLA's
+runtime kernels still choose by CPU) and between CPU models of one ISA (an Intel and an AMD AVX-512 CPU differ).
+So each kind of CPU has its own recordings: `tests/golden/<isa>-<vendor>-<family>-<model>/` (for example
+`avx512-intel-6-143`), else the first recordings of its ISA, `tests/golden/<isa>/`.
 """
 
 from __future__ import annotations
@@ -20,16 +22,40 @@ import jax
 import numpy as np
 
 
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as lines:
+            fields = {}
+            for line in lines:
+                if not line.strip():
+                    break
+                name, _, value = line.partition(":")
+                fields[name.strip()] = value.strip()
+            return fields
+    except OSError:
+        return {}
+
+
 def vector_isa() -> str:
     """The widest x86 vector ISA of this CPU ("avx512", "avx2"), else the machine's name ("aarch64", ...)."""
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return platform.machine()
+    flags = _cpuinfo().get("flags", "").split()
     return "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else platform.machine()
 
 
-GOLDEN_DIR = Path(__file__).parent / "golden" / vector_isa()
+def cpu_kind() -> str:
+    """This CPU as `<isa>-<vendor>-<family>-<model>` ("avx512-intel-6-143"), or the ISA alone where /proc/cpuinfo
+    does not say."""
+    info = _cpuinfo()
+    vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(info.get("vendor_id", ""), info.get("vendor_id"))
+    parts = [vector_isa(), vendor, info.get("cpu family"), info.get("model")]
+    return "-".join(parts) if all(parts) else vector_isa()
+
+
+GOLDEN_ROOT = Path(__file__).parent / "golden"
+RECORD_DIR = GOLDEN_ROOT / cpu_kind()  # where this CPU's recordings go
+GOLDEN_DIR = RECORD_DIR if RECORD_DIR.is_dir() else GOLDEN_ROOT / vector_isa()  # what this CPU replays
+
 
 # XLA's default LLVM optimisation level, which the recordings were made at; test processes compile at a lower one
 # (tests/conftest.py) and the cases ask for the default back
@@ -266,7 +292,7 @@ def run_case(case: str) -> dict[str, np.ndarray]:
 def main() -> None:
     parser = argparse.ArgumentParser(description="Record the golden cases (all of them unless --case is given).")
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="a case to record (repeatable)")
-    parser.add_argument("--out", type=Path, default=GOLDEN_DIR, help=f"folder of the .npz files (default {GOLDEN_DIR})")
+    parser.add_argument("--out", type=Path, default=RECORD_DIR, help=f"folder of the .npz files (default {RECORD_DIR})")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for case in args.case or CASES:
