@@ -140,13 +140,16 @@ class CountRecall(environment.Environment):
         return spaces.Box(0.0, 1.0, (2 * self.num_types,), jnp.float32)
 
 
-class PositionOnlyCartPole(CartPole):
-    """CartPole observing positions only (POPGym's PositionOnlyCartPole; definition in the module docstring)."""
+class _PositionsOnly:
+    """A gymnax control task that shows only the observation entries `KEEP`, with episodes of
+    `max_episode_length` steps and the reward `scaled_reward(reward)` (mixed in before the task's class)."""
+
+    KEEP: tuple[int, ...] = ()
 
     def __init__(self, max_episode_length: int = 200):
         super().__init__()
         self.max_episode_length = max_episode_length
-        self.obs_shape = (2,)
+        self.obs_shape = (len(self.KEEP),)
 
     @property
     def default_params(self):
@@ -154,45 +157,37 @@ class PositionOnlyCartPole(CartPole):
 
     def step_env(self, key, state, action, params):
         obs, state, reward, terminated, info = super().step_env(key, state, action, params)
-        return obs[jnp.array([0, 2])], state, reward / self.max_episode_length, terminated, info
+        return obs[jnp.array(self.KEEP)], state, self.scaled_reward(reward), terminated, info
 
     def reset_env(self, key, params):
         obs, state = super().reset_env(key, params)
-        return obs[jnp.array([0, 2])], state
+        return obs[jnp.array(self.KEEP)], state
 
     @property
     def name(self) -> str:
-        return "PositionOnlyCartPole"
+        return type(self).__name__
+
+
+class PositionOnlyCartPole(_PositionsOnly, CartPole):
+    """CartPole observing positions only (POPGym's PositionOnlyCartPole; definition in the module docstring)."""
+
+    KEEP = (0, 2)  # cart position, pole angle
+
+    def scaled_reward(self, reward):
+        return reward / self.max_episode_length
 
     def observation_space(self, params):
         high = jnp.array([params.x_threshold * 2, params.theta_threshold_radians * 2], jnp.float32)
         return spaces.Box(-high, high, (2,), jnp.float32)
 
 
-class PositionOnlyPendulum(Pendulum):
+class PositionOnlyPendulum(_PositionsOnly, Pendulum):
     """Pendulum observing its angle only (POPGym's PositionOnlyPendulum; definition in the module docstring)."""
 
-    def __init__(self, max_episode_length: int = 200):
-        super().__init__()
-        self.max_episode_length = max_episode_length
-        self.obs_shape = (2,)
+    KEEP = (0, 1)  # cos and sin of the angle
 
-    @property
-    def default_params(self):
-        return super().default_params.replace(max_steps_in_episode=self.max_episode_length)
-
-    def step_env(self, key, state, action, params):
-        obs, state, reward, terminated, info = super().step_env(key, state, action, params)
-        reward = (reward / PENDULUM_HALF_RANGE + 1.0) / self.max_episode_length
-        return obs[:2], state, reward, terminated, info
-
-    def reset_env(self, key, params):
-        obs, state = super().reset_env(key, params)
-        return obs[:2], state
-
-    @property
-    def name(self) -> str:
-        return "PositionOnlyPendulum"
+    def scaled_reward(self, reward):
+        return (reward / PENDULUM_HALF_RANGE + 1.0) / self.max_episode_length
 
     def observation_space(self, params):
         return spaces.Box(-1.0, 1.0, (2,), jnp.float32)
