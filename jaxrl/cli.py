@@ -193,13 +193,17 @@ PBT_FLAGS = [
     ("--resample-probability", dict(type=float, default=None, help="chance of a fresh draw instead of a perturbation"
         " (default 0.25)")),
     ("--seed", dict(type=int, default=None, help="random seed of the population (default 0)")),
-    ("--out", dict(default="pbt", help="run folder for config.json, checkpoints/, metrics.csv, lineage.csv and"
-        " lineage.png")),
+    ("--out", dict(default="pbt", help="run folder for config.json, checkpoints/, metrics.csv, lineage.csv,"
+        " lineage.png, summary.json and tensorboard/")),
     ("--chunks", dict(type=_number, default=None, help="compiled chunks of whole ready blocks (progress updates and"
         " checkpoints; default 10)")),
     ("--checkpoint-every", dict(type=_number, default=1, help="save a checkpoint every N chunks (N >= 1)")),
     ("--resume", dict(default=None, metavar="DIR", help="continue the population in DIR from its latest checkpoint"
         " with its own settings")),
+    ("--tensorboard", dict(action="store_true", help="also write TensorBoard event files: one run per member"
+        " (training metrics, fitness, rank, parent, hyperparameters) and one for the population")),
+    ("--eval-episodes", dict(type=_number, default=16, help="at the end, the best member plays N fresh episodes with"
+        " its deterministic and its stochastic policy, reported apart (default 16; 0: no evaluation)")),
     ("--no-progress", dict(action="store_true", help="hide the progress bar")),
     QUIET_FLAG,
     ("--devices", dict(type=_number, default=None, help="shard the members over the first N local devices (default:"
@@ -228,7 +232,8 @@ REPORT_FLAGS = [
 COMMANDS = {  # command: (help, flags, its algorithms' group title or None)
     "train": ("train an agent; writes a run folder and prints a summary", TRAIN_FLAGS, "run"),
     "sweep": ("train a grid or random sweep x seeds in one compiled program", SWEEP_FLAGS, "sweep"),
-    "eval": ("evaluate a run's latest checkpoint on fresh episodes", EVAL_FLAGS, None),
+    "eval": ("evaluate a run's latest checkpoint on fresh episodes (a population's: every member, the best named)",
+             EVAL_FLAGS, None),
     "plot": ("learning curves of run folders, or a sweep's final return per hyperparameter, as a PNG",
              PLOT_FLAGS, None),
     "pbt": ("population-based training: members that copy better members and explore, in one compiled program",

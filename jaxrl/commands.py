@@ -165,12 +165,16 @@ def run_sweep(args) -> int:
 
 
 def eval_command(args) -> int:
-    """`jaxrl eval RUN_DIR`: the latest checkpoint of every seed on fresh episodes."""
+    """`jaxrl eval RUN_DIR`: the latest checkpoint of every seed (a population's: every member) on fresh episodes."""
+    from jaxrl.pbt.evaluate import evaluate_folder
     from jaxrl.run.evaluate import evaluate_checkpoint
+    from jaxrl.run.folder import read_run_folder
     from jaxrl.run.hosts import check_backend
 
     check_backend()
-    for line in evaluate_checkpoint(Path(args.run_dir), args.episodes, args.seed):
+    population = "pbt" in read_run_folder(Path(args.run_dir))
+    evaluate_run = evaluate_folder if population else evaluate_checkpoint
+    for line in evaluate_run(Path(args.run_dir), args.episodes, args.seed):
         print(line)  # each as soon as it is measured
     return 0
 
@@ -231,6 +235,7 @@ def pbt_command(args) -> int:
         module.validate(config)
         options = dict(num_chunks=chunks, checkpoint_every=args.checkpoint_every, resume=bool(args.resume))
         options |= dict(progress=not (args.no_progress or args.quiet), devices=args.devices)
+        options |= dict(tensorboard=args.tensorboard, eval_episodes=args.eval_episodes)
         log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
         print(pbt.run_to_folder(out, args.algo, config, settings, seed, log=log, **options))
     except loop.Interrupted as stop:

@@ -361,9 +361,14 @@ def test_cli_trains_a_population_and_refuses_a_bad_prior_in_one_line(tmp_path):
         return subprocess.run([*command, *flags], capture_output=True, text=True, timeout=900)
 
     out = tmp_path / "population"
-    ok = jaxrl("--population", "4", "--explore", "learning_rate=loguniform:1e-4:1e-2", "--out", str(out))
+    explore = ("--explore", "learning_rate=loguniform:1e-4:1e-2")
+    ok = jaxrl("--population", "4", *explore, "--out", str(out), "--tensorboard", "--eval-episodes", "2")
     assert ok.returncode == 0, ok.stderr
     assert "compiling" in ok.stdout and str(out / "lineage.csv") in ok.stdout
+    evaluation = json.loads((out / "summary.json").read_text())["best_member_eval"]
+    assert evaluation["episodes"] == 2 and pbt.evaluate.evaluation_text(evaluation) in ok.stdout
+    assert {p.name for p in (out / "tensorboard").iterdir()} == {"member_0", "member_1", "member_2", "member_3",
+                                                                 "population"}  # fmt: skip
     with open(out / "lineage.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     assert len(rows) == 4 * 2 and {int(r["member"]) for r in rows} == {0, 1, 2, 3}
@@ -372,6 +377,7 @@ def test_cli_trains_a_population_and_refuses_a_bad_prior_in_one_line(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "compiling" not in again.stdout and str(out / "lineage.csv") in again.stdout  # the summary alone
     assert (out / "lineage.csv").read_text() == lineage
+    assert pbt.evaluate.evaluation_text(evaluation) in again.stdout  # kept from the finished run's summary.json
     changed = jaxrl("--resume", str(out), "--population", "8")
     assert changed.returncode == 2 and len(changed.stderr.strip().splitlines()) == 1, changed.stderr
     assert "--population differ" in changed.stderr
@@ -397,9 +403,38 @@ def test_chunk_plan_cuts_whole_ready_blocks():
 
 @pytest.fixture(scope="module")
 def chunked(tmp_path_factory):
-    """An uninterrupted run in 2 chunks with its folder."""
+    """An uninterrupted run in 2 chunks with its folder, TensorBoard files and the best member's evaluation."""
     out = tmp_path_factory.mktemp("pbt") / "full"
-    return pbt.run(CONFIG, PBT, out, num_chunks=2, progress=False), out
+    return pbt.run(CONFIG, PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES), out
+
+
+EPISODES = 4  # the best member's evaluation episodes in the chunked runs
+
+
+def read_board(directory):
+    """{tag: [(step, value)]} of the event files of `directory` in the order written, as TensorBoard shows them:
+    a file's purge step (a resume's) drops the steps from there on that earlier files hold."""
+    import struct as bytes_struct
+
+    from tensorboardX.proto import event_pb2
+
+    scalars = {}
+    for path in sorted(directory.glob("events.out.tfevents.*")):
+        data, offset = path.read_bytes(), 0
+        while offset < len(data):
+            (length,) = bytes_struct.unpack("<Q", data[offset : offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
+            offset += 12 + length + 4
+            if event.session_log.status == event.session_log.START and event.step:
+                scalars = {tag: [(s, v) for s, v in pairs if s < event.step] for tag, pairs in scalars.items()}
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def read_csv(path):
+    with open(path, newline="") as file:
+        return list(csv.DictReader(file))
 
 
 def test_chunked_run_follows_the_whole_program(chunked, pbt_run):
@@ -412,9 +447,89 @@ def test_chunked_run_follows_the_whole_program(chunked, pbt_run):
     np.testing.assert_allclose(result.metrics["episode_return"], metrics["episode_return"], rtol=1e-4)
     for name in EXPLORE:
         np.testing.assert_allclose(result.lineage.next_hyperparameters[name], lineage.next_hyperparameters[name])
-    files = {"config.json", "metrics.csv", "lineage.csv", "lineage.png", "summary.json", "checkpoints"}
+    files = {"config.json", "metrics.csv", "lineage.csv", "lineage.png", "summary.json", "checkpoints", "tensorboard"}
     assert files <= {p.name for p in out.iterdir()}
     assert not (out / "run.lock").exists()
+
+
+def test_tensorboard_holds_each_members_metrics_lineage_and_hyperparameters(chunked):
+    """One TensorBoard run per member: every iteration's metrics at x = env steps as metrics.csv holds them,
+    every ready step's fitness, rank, parent and hyperparameters as lineage.csv holds them (step 0: the initial
+    hyperparameters); the population's run: best and median fitness, and the best member's evaluation."""
+    result, out = chunked
+    steps = CONFIG.env_steps_per_iteration
+    board = out / "tensorboard"
+    assert sorted(p.name for p in board.iterdir()) == ["member_0", "member_1", "member_2", "member_3", "population"]
+    metrics, lineage = read_csv(out / "metrics.csv"), read_csv(out / "lineage.csv")
+    for m in range(PBT.population):
+        scalars = read_board(board / f"member_{m}")
+        rows = [r for r in metrics if int(r["seed"]) == m]
+        assert [s for s, _ in scalars["value_loss"]] == [(int(r["iteration"]) + 1) * steps for r in rows]
+        np.testing.assert_allclose([v for _, v in scalars["value_loss"]], [float(r["value_loss"]) for r in rows],
+                                   rtol=1e-5)  # fmt: skip
+        finite = [((int(r["iteration"]) + 1) * steps, float(r["episode_return"])) for r in rows]
+        finite = [(s, v) for s, v in finite if np.isfinite(v)]
+        assert [s for s, _ in scalars["episode_return"]] == [s for s, _ in finite]  # NaN iterations left out
+        mine = [r for r in lineage if int(r["member"]) == m]
+        ready_steps = [int(r["iteration"]) * steps for r in mine]
+        for tag, column in (("pbt/fitness", "fitness"), ("pbt/rank", "rank"), ("pbt/parent", "parent")):
+            assert [s for s, _ in scalars[tag]] == ready_steps
+            np.testing.assert_allclose([v for _, v in scalars[tag]], [float(r[column]) for r in mine], rtol=1e-6)
+        assert [v for _, v in scalars["pbt/exploited"]] == [float(r["exploited"] == "True") for r in mine]
+        for name in EXPLORE:
+            schedule = scalars[f"hyperparameters/{name}"]
+            assert [s for s, _ in schedule] == [0, *ready_steps]
+            expected = [float(mine[0][name]), *(float(r[f"next_{name}"]) for r in mine)]
+            np.testing.assert_allclose([v for _, v in schedule], expected, rtol=1e-6)
+    population = read_board(board / "population")
+    fitness = np.asarray(result.lineage.fitness)
+    np.testing.assert_allclose([v for _, v in population["pbt/best_fitness"]], np.nanmax(fitness, 1), rtol=1e-6)
+    evaluation = json.loads((out / "summary.json").read_text())["best_member_eval"]
+    assert population["eval/member"] == [(CONFIG.num_iterations * steps, evaluation["member"])]
+    assert population["eval/deterministic_return"][0][1] == pytest.approx(evaluation["deterministic_return"])
+
+
+def test_best_member_is_evaluated_on_the_evaluation_stream(chunked):
+    """summary.json's best_member_eval: the member ranked first at the last ready step, with the hyperparameters
+    it ended with, played on EPISODES episodes per mode keyed by the run's evaluation stream (never the training
+    keys) folded with the last iteration; the deterministic and stochastic returns are reported apart."""
+    from jaxrl.run.compile import eval_keys
+
+    result, out = chunked
+    summary = json.loads((out / "summary.json").read_text())
+    evaluation = summary["best_member_eval"]
+    assert evaluation == result.evaluation
+    last = [r for r in read_csv(out / "lineage.csv") if int(r["ready_step"]) == len(result.lineage.iteration) - 1]
+    (best,) = [int(r["member"]) for r in last if r["rank"] == "0"]
+    assert evaluation["member"] == best and evaluation["iteration"] == CONFIG.num_iterations
+    assert evaluation["episodes"] == EPISODES and {"compile_s", "run_s"} <= set(summary)
+    assert evaluation["hyperparameters"] == {n: float(last[best][f"next_{n}"]) for n in EXPLORE}
+    take = lambda tree: jax.tree.map(lambda x: x[best : best + 1], tree)  # noqa: E731
+    key = jax.random.fold_in(eval_keys(0, PBT.population)[best], CONFIG.num_iterations)
+    scores = pbt.evaluate.play(CONFIG, take(result.states), take(result.configs), key, EPISODES)
+    for mode in ("deterministic", "stochastic"):
+        assert 1 <= evaluation[f"{mode}_finished"] <= EPISODES
+        assert evaluation[f"{mode}_return"] == pytest.approx(float(scores[mode][0][0]), abs=1e-4)
+    assert evaluation["deterministic_return"] > 0 and evaluation["stochastic_return"] > 0
+    text = pbt.evaluate.evaluation_text(evaluation)
+    assert f"best member {best} on {EPISODES} fresh episodes after iteration 5: deterministic return" in text
+
+
+def test_jaxrl_eval_plays_every_member_of_a_population_and_names_the_best(chunked, capsys):
+    from jaxrl import cli
+
+    result, out = chunked
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    assert cli.main(["eval", str(out), "--episodes", "2"]) == 0
+    heading, *lines = capsys.readouterr().out.strip().splitlines()
+    best = int(np.argmin(np.asarray(result.lineage.rank)[-1]))
+    assert "population of 4" in heading and "2 episodes per member" in heading
+    assert f"best member {best} (rank 0 at the last ready step)" in heading
+    assert [line.split()[0] for line in lines] == ["deterministic", "stochastic"]
+    for line in lines:
+        members = [float(v) for v in line.split("per member")[1].split(",")]
+        assert len(members) == 4 and float(line.split()[2]) == pytest.approx(members[best], abs=0.01)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # read only
 
 
 def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
@@ -433,13 +548,14 @@ def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
     monkeypatch.setattr(lineages, "write_lineage_csv", interrupt)
     out = tmp_path / "run"
     with pytest.raises(loop.Interrupted) as stop:
-        pbt.run(CONFIG, PBT, out, num_chunks=2, progress=False)
+        pbt.run(CONFIG, PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES)
     assert stop.value.iteration == 2 and not stop.value.compiling and not (out / "run.lock").exists()
     assert "jaxrl pbt ppo --resume" in stop.value.explain("ppo", False, command="pbt")
     monkeypatch.setattr(lineages, "write_lineage_csv", write)
     with pytest.raises(checkpoint.CheckpointError, match="different run: chunks: saved 2, now 1"):
         pbt.run(CONFIG, PBT, out, num_chunks=1, resume=True, progress=False)
-    resumed = pbt.run(CONFIG, PBT, out, num_chunks=2, resume=True, progress=False)
+    resumed = pbt.run(CONFIG, PBT, out, num_chunks=2, resume=True, progress=False, tensorboard=True,
+                      eval_episodes=EPISODES)  # fmt: skip
     full, full_out = chunked
     assert resumed.iterations_run == 3
     assert_trees_equal(resumed.states, full.states)
@@ -448,6 +564,9 @@ def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
     assert_trees_equal(resumed.lineage, full.lineage)
     for name in ("metrics.csv", "lineage.csv"):
         assert (out / name).read_text() == (full_out / name).read_text()
+    assert resumed.evaluation == full.evaluation  # the same member on the same episodes
+    for run in ("member_0", "member_3", "population"):  # every step once, with the uninterrupted run's values
+        assert read_board(out / "tensorboard" / run) == read_board(full_out / "tensorboard" / run)
 
 
 def test_population_must_split_over_the_devices():

@@ -46,11 +46,18 @@ ready blocks, saving the population, its hyperparameters, the metrics and the li
 interrupted run (Ctrl-C, SIGTERM) resumed with `run(..., resume=True)` (`jaxrl pbt --resume DIR`) equals the
 uninterrupted one bit for bit. The members can be sharded over several devices (`devices`), as a sweep's rows are.
 
+Such a run ends with an evaluation of its best member on fresh episodes (deterministic and stochastic policy,
+reported apart, in summary.json), and with `tensorboard=True` (`--tensorboard`) writes TensorBoard event files,
+one run per member; `jaxrl eval` on its folder plays every member of the latest checkpoint.
+
 Modules: `population` (PBTConfig, priors, validation, the exploit/explore step), `program` (the compiled
 schedule, whole or in chunks), `lineage` (Lineage, lineage.csv, the plot, a population's folder), `runner` (the
-chunk loop: checkpoints, resume, progress bar, devices).
+chunk loop: checkpoints, resume, progress bar, devices), `evaluate` (the best member's evaluation, `jaxrl eval`
+on a population), `board` (TensorBoard).
 """
 
+from jaxrl.pbt.board import PopulationBoard
+from jaxrl.pbt.evaluate import evaluate_best, evaluate_folder
 from jaxrl.pbt.lineage import (
     Lineage,
     folder_info,
@@ -88,8 +95,11 @@ __all__ = [
     "OWN_FIELDS",
     "Lineage",
     "PBTConfig",
+    "PopulationBoard",
     "PopulationResult",
     "Prior",
+    "evaluate_best",
+    "evaluate_folder",
     "explore",
     "exploit",
     "fire_schedule",

@@ -35,6 +35,8 @@ from tqdm.auto import tqdm
 
 from jaxrl.algos import base
 from jaxrl.pbt import lineage as lineages
+from jaxrl.pbt.board import PopulationBoard
+from jaxrl.pbt.evaluate import evaluate_best, evaluation_text
 from jaxrl.pbt.lineage import Lineage
 from jaxrl.pbt.population import PBTConfig, validate
 from jaxrl.pbt.program import fire_schedule, make_chunk, make_start, step_keys
@@ -52,7 +54,8 @@ LINEAGE = "lineage."  # the prefix of the lineage's arrays among a checkpoint's 
 class PopulationResult:
     """A finished (or resumed and finished) PBT run: the final `states` (leaves [P, ...]) and `configs` (every
     hyperparameter [P]), `metrics` {name: [P, iterations]}, the `lineage`, compile and run seconds, its folder
-    and how many iterations this call trained."""
+    how many iterations this call trained and the best member's `evaluation` (`pbt.evaluate.evaluate_best`;
+    None without one)."""
 
     states: Any
     configs: Any
@@ -62,6 +65,7 @@ class PopulationResult:
     run_s: float
     out: Path | None
     iterations_run: int
+    evaluation: dict | None = None
 
 
 def chunk_plan(config, pbt: PBTConfig, num_chunks: int) -> list[tuple[int, int, int]]:
@@ -158,19 +162,25 @@ def run(
     device_independent: bool = False,
     name: str | None = None,
     log=None,
+    tensorboard: bool = False,
+    eval_episodes: int = 16,
 ) -> PopulationResult:
     """Trains the population of `make_pbt(config, pbt)(jax.random.key(seed))` in `num_chunks` compiled chunks;
     with an `out` folder, checkpoints every `checkpoint_every` chunks, at the end and on Ctrl-C / SIGTERM (raised
     again as `run.loop.Interrupted` once saved), and writes config.json, metrics.csv, lineage.csv, lineage.png
     and summary.json there. `resume=True` continues the run in `out` from its latest checkpoint (its settings
     must be the run's: `resume_settings` reads them). `devices`: what the members are sharded over
-    (`population_mesh`); `log(text)` hears what is happening."""
+    (`population_mesh`); `log(text)` hears what is happening. `tensorboard`: TensorBoard event files in
+    `out/tensorboard` (`pbt.board`). After the last iteration the best member plays `eval_episodes` fresh episodes
+    with its deterministic and its stochastic policy (`pbt.evaluate.evaluate_best`; 0: no evaluation), in
+    summary.json and the result; a resumed run that had nothing left to train keeps its summary.json."""
     validate(config, pbt)
     name = name or base.name_of(base.algorithm_of(config))
     for value, what, least in (
         (num_chunks, "num_chunks", 1),
         (checkpoint_every, "checkpoint_every", 1),
         (seed, "seed", 0),
+        (eval_episodes, "eval_episodes", 0),
     ):
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ValueError(f"{what}={value!r}: need an integer >= {least}.")
@@ -204,7 +214,15 @@ def run(
             except BaseException:
                 claim.discard()
                 raise
-            return session.train(claim, resume, progress, checkpoint_every, name)
+            board = None
+            if out is not None and tensorboard:
+                first_step = (session.done + 1) * config.env_steps_per_iteration if resume else None
+                board = PopulationBoard(out / "tensorboard", pbt.population, config.env_steps_per_iteration, first_step)
+            try:
+                return session.train(claim, resume, progress, checkpoint_every, name, board, eval_episodes)
+            finally:
+                if board is not None:
+                    board.close()
         finally:
             claim.release()
 
@@ -216,7 +234,7 @@ class _Session:
         self.config, self.pbt, self.mesh, self.plan, self.out, self.info = config, pbt, mesh, plan, out, info
         self.members = NamedSharding(mesh, P(AXIS))
         self.replicated = NamedSharding(mesh, P())
-        self.key = jax.random.key(seed)
+        self.seed, self.key = seed, jax.random.key(seed)
         self.keys, self.fire = step_keys(config, pbt, self.key), fire_schedule(config, pbt)
         self.options = DEVICE_INDEPENDENT_OPTIONS if device_independent else None
         self.metrics, self.parts, self.done, self.saved, self.compiled = [], [], 0, None, {}
@@ -278,8 +296,25 @@ class _Session:
         if self.parts:
             lineages.write_lineage_csv(self.lineage(), self.out / "lineage.csv")
 
-    def train(self, claim, resume, progress, checkpoint_every, name) -> PopulationResult:
+    def evaluate(self, lineage: Lineage, episodes: int, board) -> dict | None:
+        """The best member after the last iteration on `episodes` fresh episodes (None with 0)."""
+        if not episodes:
+            return None
+        evaluation = evaluate_best(self.config, self.states, self.configs, lineage, self.seed, self.done, episodes)
+        if board is not None:
+            board.write_evaluation(evaluation, self.done * self.config.env_steps_per_iteration)
+        return evaluation
+
+    def log_to(self, board, metrics, first: int, part) -> None:
+        if board is not None:
+            board.write_metrics(metrics, first)
+            if part is not None:
+                board.write_lineage(part, self.pbt.ready)
+
+    def train(self, claim, resume, progress, checkpoint_every, name, board, eval_episodes) -> PopulationResult:
         config, size = self.config, self.pbt.population
+        if resume and self.metrics:  # the restored iterations: only those an earlier run did not write
+            self.log_to(board, self.metrics[0], 0, self.lineage() if self.parts else None)
         steps = config.env_steps_per_iteration
         done_before = self.done
         bar = tqdm(
@@ -299,6 +334,7 @@ class _Session:
                 self.metrics.append(jax.device_get(metrics))
                 self.parts.append(jax.device_get(part))
                 self.states, self.configs = states, configs
+                self.log_to(board, self.metrics[-1], self.done, self.parts[-1])
                 self.done += n * self.pbt.ready + tail
                 bar.update((n * self.pbt.ready + tail) * steps * size)
                 bar.set_postfix_str(progress_text(self.parts[-1]))
@@ -316,13 +352,19 @@ class _Session:
             bar.close()
         run_s = time.perf_counter() - begin
         lineage = self.lineage()
-        if self.out is not None:
-            timing = {"compile_s": round(self.compile_s, 3), "run_s": round(run_s, 3)}
-            (self.out / "summary.json").write_text(json.dumps(timing, indent=2))
-            lineages.plot_lineage(lineage, self.out / "lineage.png")
+        summary = None if self.out is None else self.out / "summary.json"
+        if summary is not None and self.done == done_before and summary.is_file():  # finished before: kept
+            evaluation = json.loads(summary.read_text()).get("best_member_eval")
+        else:
+            evaluation = self.evaluate(lineage, eval_episodes, board)
+            if summary is not None:
+                timing = {"compile_s": round(self.compile_s, 3), "run_s": round(run_s, 3)}
+                timing |= {"best_member_eval": evaluation} if evaluation else {}
+                summary.write_text(json.dumps(timing, indent=2))
+                lineages.plot_lineage(lineage, self.out / "lineage.png")
         return PopulationResult(
             self.states, self.configs, self.all_metrics(), lineage, self.compile_s, run_s, self.out,
-            self.done - done_before,
+            self.done - done_before, evaluation,
         )  # fmt: skip
 
 
@@ -332,4 +374,5 @@ def run_to_folder(out: str | Path, algo: str, config, pbt: PBTConfig, seed: int 
     log(f"pbt {algo} on {config.env}: {pbt.population} members, exploit/explore every {pbt.ready} iterations")
     result = run(config, pbt, out, seed=seed, name=algo, log=log, **options)
     timing = {"compile_s": result.compile_s, "run_s": result.run_s}
-    return "\n".join([*lineages.ranking(result.lineage), *lineages.files_text(Path(out), timing)])
+    evaluated = [evaluation_text(result.evaluation)] if result.evaluation else []
+    return "\n".join([*lineages.ranking(result.lineage), *evaluated, *lineages.files_text(Path(out), timing)])
