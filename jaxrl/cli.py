@@ -202,8 +202,8 @@ PBT_FLAGS = [
         " with its own settings")),
     ("--tensorboard", dict(action="store_true", help="also write TensorBoard event files: one run per member"
         " (training metrics, fitness, rank, parent, hyperparameters) and one for the population")),
-    ("--eval-episodes", dict(type=_number, default=16, help="at the end, the best member plays N fresh episodes with"
-        " its deterministic and its stochastic policy, reported apart (default 16; 0: no evaluation)")),
+    ("--eval-episodes", dict(type=_number, default=16, metavar="N", help="at the end, the best member plays N fresh"
+        " episodes with its deterministic and its stochastic policy, reported apart (default 16; 0: no evaluation)")),
     ("--no-progress", dict(action="store_true", help="hide the progress bar")),
     QUIET_FLAG,
     ("--devices", dict(type=_number, default=None, help="shard the members over the first N local devices (default:"
