@@ -530,6 +530,11 @@ def test_jaxrl_eval_plays_every_member_of_a_population_and_names_the_best(chunke
         members = [float(v) for v in line.split("per member")[1].split(",")]
         assert len(members) == 4 and float(line.split()[2]) == pytest.approx(members[best], abs=0.01)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # read only
+    from jaxrl.run.evaluate import restore_latest  # what reads a run of seeds says what to do instead
+
+    with pytest.raises(ValueError, match=f"is a population .* jaxrl eval {out} plays its members") as error:
+        restore_latest(out)
+    assert "\n" not in str(error.value)
 
 
 def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):

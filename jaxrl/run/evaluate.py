@@ -17,7 +17,7 @@ __all__ = ["evaluate", "evaluate_checkpoint", "restore_latest"]
 def restore_latest(run_dir: Path):
     """(saved config.json, algorithm module, Config, iteration, states) of the latest checkpoint of every seed of
     the run folder `run_dir`: states leaves [seeds, ...]. Reads only; one-line errors for a folder that is not a
-    run or has no checkpoint."""
+    run (a population's included) or has no checkpoint."""
     from jaxrl.algos import base
     from jaxrl.run import checkpoint
     from jaxrl.run.compile import abstract_state
@@ -25,6 +25,11 @@ def restore_latest(run_dir: Path):
 
     run_dir = Path(run_dir)
     saved = read_run_folder(run_dir)
+    if "pbt" in saved:
+        raise ValueError(
+            f"{run_dir} is a population (jaxrl pbt), not a run of seeds: jaxrl eval {run_dir} plays its members "
+            "(from Python: jaxrl.pbt.evaluate_folder)."
+        )
     module, config, seeds, base_seed = load_run_config(run_dir, saved)
     keys = jax.random.split(jax.random.key(base_seed), seeds)
     like = jax.eval_shape(jax.vmap(lambda k: base.initial_state(config, k, algo=module)), keys)
