@@ -166,7 +166,7 @@ def run_sweep(args) -> int:
 
 def eval_command(args) -> int:
     """`jaxrl eval RUN_DIR`: the latest checkpoint of every seed (a population's: every member) on fresh episodes."""
-    from jaxrl.pbt.evaluate import evaluate_folder
+    from jaxrl.pbt.runner import evaluate_folder
     from jaxrl.run.evaluate import evaluate_checkpoint
     from jaxrl.run.folder import read_run_folder
     from jaxrl.run.hosts import check_backend

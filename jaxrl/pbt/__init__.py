@@ -57,7 +57,7 @@ on a population), `board` (TensorBoard).
 """
 
 from jaxrl.pbt.board import PopulationBoard
-from jaxrl.pbt.evaluate import evaluate_best, evaluate_folder
+from jaxrl.pbt.evaluate import evaluate_best
 from jaxrl.pbt.lineage import (
     Lineage,
     folder_info,
@@ -86,7 +86,7 @@ from jaxrl.pbt.population import (
     validate,
 )
 from jaxrl.pbt.program import fire_schedule, make_chunk, make_pbt, make_program, make_start, step_keys
-from jaxrl.pbt.runner import PopulationResult, resume_settings, run, run_to_folder
+from jaxrl.pbt.runner import PopulationResult, evaluate_folder, resume_settings, run, run_to_folder
 
 __all__ = [
     "FITNESS_METRIC",

@@ -12,8 +12,6 @@ of its latest checkpoint on the same `--seed` episodes, the best one named.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -94,34 +92,3 @@ def evaluation_text(evaluation: dict) -> str:
         f"{evaluation['iteration']}: deterministic return {value('deterministic')}, stochastic return "
         f"{value('stochastic')}"
     )
-
-
-def evaluate_folder(out: str | Path, episodes: int, seed: int) -> Iterator[str]:
-    """`jaxrl eval` on a population's folder: restores its latest checkpoint (reading only) and plays `episodes`
-    fresh episodes per member (keys from `seed`) with each member's deterministic and stochastic policy; yields
-    a heading, then per mode the best member's mean return, the mean over members and each member's."""
-    from jaxrl.pbt.program import make_start
-    from jaxrl.pbt.runner import LINEAGE, _hyper, resume_settings
-    from jaxrl.run import checkpoint, folder
-
-    if episodes < 1:
-        raise ValueError(f"--episodes {episodes}: need at least one episode.")
-    out = Path(out)
-    algo, config, settings, run_seed, _ = resume_settings(out)
-    like = jax.eval_shape(make_start(config, settings), jax.random.key(run_seed))
-    like = {"states": like[0], "hyper": _hyper(like[1])}
-    iteration, state, metrics = checkpoint.restore(out / "checkpoints", like, folder.read_run_folder(out))
-    configs = config.replace(**state["hyper"])
-    ranked = LINEAGE + "rank" in metrics and np.asarray(metrics[LINEAGE + "rank"]).size
-    member = best_member(metrics[LINEAGE + "rank"]) if ranked else None
-    best = "no ready step yet" if member is None else f"best member {member} (rank 0 at the last ready step)"
-    yield (
-        f"{out}: {algo} population of {settings.population} on {config.env}, checkpoint after iteration "
-        f"{iteration}, {episodes} episodes per member; {best}"
-    )
-    scores = play(config, state["states"], configs, jax.random.key(seed), episodes)
-    for mode in MODES:
-        returns = scores[mode][0]
-        head = "" if member is None else f"best {returns[member]:9.2f}   "
-        mean = np.nanmean(returns) if np.isfinite(returns).any() else np.nan
-        yield f"{mode:14s} {head}mean {mean:9.2f}   per member " + ", ".join(f"{r:.1f}" for r in returns)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from tqdm.auto import tqdm
 from jaxrl.algos import base
 from jaxrl.pbt import lineage as lineages
 from jaxrl.pbt.board import PopulationBoard
-from jaxrl.pbt.evaluate import evaluate_best, evaluation_text
+from jaxrl.pbt.evaluate import MODES, best_member, evaluate_best, evaluation_text, play
 from jaxrl.pbt.lineage import Lineage
 from jaxrl.pbt.population import PBTConfig, validate
 from jaxrl.pbt.program import fire_schedule, make_chunk, make_start, step_keys
@@ -376,3 +377,30 @@ def run_to_folder(out: str | Path, algo: str, config, pbt: PBTConfig, seed: int 
     timing = {"compile_s": result.compile_s, "run_s": result.run_s}
     evaluated = [evaluation_text(result.evaluation)] if result.evaluation else []
     return "\n".join([*lineages.ranking(result.lineage), *evaluated, *lineages.files_text(Path(out), timing)])
+
+
+def evaluate_folder(out: str | Path, episodes: int, seed: int) -> Iterator[str]:
+    """`jaxrl eval` on a population's folder: restores its latest checkpoint (reading only) and plays `episodes`
+    fresh episodes per member (keys from `seed`) with each member's deterministic and stochastic policy; yields
+    a heading, then per mode the best member's mean return, the mean over members and each member's."""
+    if episodes < 1:
+        raise ValueError(f"--episodes {episodes}: need at least one episode.")
+    out = Path(out)
+    algo, config, settings, run_seed, _ = resume_settings(out)
+    like = jax.eval_shape(make_start(config, settings), jax.random.key(run_seed))
+    like = {"states": like[0], "hyper": _hyper(like[1])}
+    iteration, state, metrics = checkpoint.restore(out / "checkpoints", like, folder.read_run_folder(out))
+    configs = config.replace(**state["hyper"])
+    ranked = LINEAGE + "rank" in metrics and np.asarray(metrics[LINEAGE + "rank"]).size
+    member = best_member(metrics[LINEAGE + "rank"]) if ranked else None
+    best = "no ready step yet" if member is None else f"best member {member} (rank 0 at the last ready step)"
+    yield (
+        f"{out}: {algo} population of {settings.population} on {config.env}, checkpoint after iteration "
+        f"{iteration}, {episodes} episodes per member; {best}"
+    )
+    scores = play(config, state["states"], configs, jax.random.key(seed), episodes)
+    for mode in MODES:
+        returns = scores[mode][0]
+        head = "" if member is None else f"best {returns[member]:9.2f}   "
+        mean = np.nanmean(returns) if np.isfinite(returns).any() else np.nan
+        yield f"{mode:14s} {head}mean {mean:9.2f}   per member " + ", ".join(f"{r:.1f}" for r in returns)
