@@ -227,6 +227,8 @@ class Sequences:
 
     initial_hidden: Any  # pytree of [N, ...], the memory's state before step 0 (before its reset)
     starts: jax.Array  # [T, N] bool, start_t: the state is zeroed before step t (done_{t-1}; t = 0 from the carry)
+    hidden: Any = None  # pytree of [T, N, ...], the state before each step t (before its reset; hidden[0] =
+    #   initial_hidden); only with recurrent_rollout(keep_hidden=True), for a replay that stores it per step
 
 
 def recurrent_rollout(
@@ -237,6 +239,9 @@ def recurrent_rollout(
     memory: RecurrentCarry,
     key: jax.Array,
     num_steps: int,
+    *,
+    keep_next_obs: bool = False,
+    keep_hidden: bool = False,
 ) -> tuple[EnvCarry, RecurrentCarry, Trajectory, Sequences]:
     """`rollout` for a policy with memory: the actor and critic step together inside the scan.
 
@@ -245,6 +250,10 @@ def recurrent_rollout(
     V(h'_t, final_observation_t, start=False): the critic takes one more step from h'_t, the state after
     consuming o_t, on the true successor observation, exactly as if the episode had gone on. Only the at most
     `env.max_truncations(T)` truncated steps are gathered (with their h'_t) and evaluated.
+
+    With the static `keep_next_obs=True` the trajectory also holds the true successor observations `next_obs`
+    (as `rollout`'s), and with `keep_hidden=True` the sequences also hold the state before every step
+    (`Sequences.hidden`): what a replay of sequences stores (`jaxrl.algos.families.recurrent_replay`).
     """
 
     def body(loop, keys):
@@ -270,7 +279,12 @@ def recurrent_rollout(
     traj = Trajectory(
         obs, actions, rewards, terminated, truncated, log_probs, values, next_values, episode_return, episode_length
     )
-    return carry_after, memory_after, traj, Sequences(memory.hidden, starts)
+    if keep_next_obs:
+        traj = traj.replace(next_obs=final_obs)
+    hidden = None
+    if keep_hidden:  # the state before step t is the state after step t - 1 (before any reset)
+        hidden = jax.tree.map(lambda h0, h: jnp.concatenate([h0[None], h[:-1]]), memory.hidden, hidden_after)
+    return carry_after, memory_after, traj, Sequences(memory.hidden, starts, hidden)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -458,8 +458,8 @@ def recurrent(config) -> bool:
 
 
 def check_core(config) -> None:
-    """`core` is known, `core_size` positive, and a recurrent learner's `num_minibatches` divides `num_envs`
-    (its minibatches are whole environment sequences)."""
+    """`core` is known, `core_size` positive, and a recurrent learner's `num_minibatches` (where it has one)
+    divides `num_envs` (its minibatches are whole environment sequences)."""
     check_choice(config, "core", CORES)
     check_int(config, "core_size", 1)
     if config.core == "gtrxl":
@@ -470,7 +470,7 @@ def check_core(config) -> None:
             f"{config.core_size} is not a multiple of {heads}: core='gtrxl' splits its width into {heads} attention "
             "heads; choose e.g. 64 or 128.",
         )
-    if recurrent(config):
+    if recurrent(config) and hasattr(config, "num_minibatches"):
         check(
             config.num_envs % config.num_minibatches == 0,
             "num_minibatches",

@@ -13,6 +13,18 @@ With `prioritized`, batches are drawn with probability proportional to p^alpha, 
 time a window was replayed (new windows get the largest p^alpha so far; `replay.sample_prioritized`), and each
 element's loss is weighted by the importance-sampling weight (N P(i))^-beta normalised by the batch's max, with beta
 annealed linearly from `priority_beta` to `priority_beta_end` over the run.
+
+With `core` (gru, lstm, lru or gtrxl) it is R2D2's recurrent replay (Kapturowski et al. 2019, "Recurrent Experience
+Replay in Distributed Reinforcement Learning"; `jaxrl.algos.families.recurrent_replay`): the Q-network is torso ->
+core -> Q head, the behaviour carries its state and the replay stores it with every step; a sample is a window of
+`sequence_length` steps and the behaviour's state at its first step, the learner unrolls the online and the target
+networks over the first `burn_in` steps to refresh that state, and the n-step (double) Q-learning loss is taken on
+the remaining steps,
+
+    L = mean_{t = burn_in .. sequence_length - 1} loss(G_t - Q(h_t, o_t, a_t)),
+
+`replay_batch_size` such windows per gradient step. With `prioritized`, a window's priority is
+0.9 max_t |delta_t| + 0.1 mean_t |delta_t|.
 """
 
 from __future__ import annotations
@@ -26,11 +38,24 @@ import optax
 from flax import struct
 
 from jaxrl import estimators, losses, optim, replay
-from jaxrl.algos.base import check, check_range, check_replay, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
-from jaxrl.algos.families import q_learning, replay_loop
-from jaxrl.algos.families.q_learning import Setup, behaviour, epsilon_at, evaluation_policy  # noqa: F401 (the module's surface)
+from jaxrl.algos.base import (  # noqa: F401 (re-exports make_train, train)
+    check,
+    check_core,
+    check_int,
+    check_range,
+    check_replay,
+    hyper,
+    make_train,
+    recurrent,
+    static,
+    takes_setup,
+    train,
+)
+from jaxrl.algos.families import q_learning, q_learning_recurrent, recurrent_replay, replay_loop
+from jaxrl.algos.families.q_learning import Setup, behaviour, epsilon_at  # noqa: F401 (the module's surface)
 from jaxrl.networks import QNetwork
-from jaxrl.rollout import EnvCarry, episode_metrics
+from jaxrl.networks.recurrent import RecurrentQNetwork
+from jaxrl.rollout import EnvCarry, RecurrentCarry, episode_metrics
 
 
 @struct.dataclass
@@ -48,7 +73,7 @@ class Config(q_learning.Config):
     learning_rate: float = hyper(2.5e-4, "Adam learning rate")
     anneal_lr: bool = static(False, "decay the learning rate linearly to 0 over the run (optim.learning_rate_schedule)")
     buffer_size: int = static(10_000, "replay capacity in transitions; a multiple of num_envs")
-    replay_batch_size: int = static(128, "transitions per gradient step")
+    replay_batch_size: int = static(128, "transitions per gradient step (with a core: sequences)")
     updates_per_iteration: int = static(1, "gradient steps per iteration")
     learning_starts: int = static(1_000, "environment steps collected before the first gradient step")
     target_update_interval: int = static(50, "iterations between target network updates")
@@ -62,6 +87,10 @@ class Config(q_learning.Config):
     priority_beta: float = hyper(0.4, "prioritised replay: importance-sampling exponent beta at the start")
     priority_beta_end: float = hyper(1.0, "prioritised replay: beta at the end (linear anneal; = beta: constant)")
     priority_eps: float = hyper(1e-6, "prioritised replay: priority = |TD error| + priority_eps")
+    core: str = static("none", "recurrent core between torso and Q head (R2D2): none, gru, lstm, lru or gtrxl")
+    core_size: int = static(128, "width of the recurrent core's state (a multiple of 4 for gtrxl)")
+    sequence_length: int = static(16, "with a core: steps of a replayed sequence, burn-in included")
+    burn_in: int = static(8, "with a core: first steps of a sequence that only refresh its stored state (no loss)")
 
 
 @struct.dataclass
@@ -73,13 +102,24 @@ class TrainState:
     env: EnvCarry
     key: jax.Array
     iteration: jax.Array
+    memory: RecurrentCarry | None = None  # the behaviour's hidden state and episode starts (None: no core)
 
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
     positive = ("buffer_size", "replay_batch_size", "updates_per_iteration", "target_update_interval", "n_step")
     q_learning.validate_common(config, "DQN", positive)
-    check_replay(config, max(config.num_steps, config.n_step))
+    check_core(config)
+    if recurrent(config):
+        check_int(config, "sequence_length", 1)
+        check_int(config, "burn_in", 0)
+        check(
+            config.burn_in < config.sequence_length,
+            "burn_in",
+            f"{config.burn_in} leaves no step to learn from in sequence_length={config.sequence_length}; make "
+            "sequence_length longer than burn_in.",
+        )
+    check_replay(config, max(config.num_steps, window(config)))
     check(config.td_loss in ("huber", "l2"), "td_loss", f"{config.td_loss!r} is not one of huber, l2.")
     check_range(config, "tau", 0.0, 1.0, low_open=True)
     check(isinstance(config.prioritized, bool), "prioritized", f"got {config.prioritized!r}, must be True or False.")
@@ -90,8 +130,22 @@ def validate(config: Config) -> None:
 
 
 def setup(config: Config) -> Setup:
-    """The env and the Q-network (with a dueling head under `dueling`)."""
+    """The env and the Q-network (with a dueling head under `dueling`): feed-forward, or recurrent with `core`."""
+    if recurrent(config):
+        return q_learning_recurrent.setup(config, config.dueling)
     return q_learning.setup(config, config.dueling)
+
+
+def window(config: Config) -> int:
+    """Steps a replayed sample spans: `n_step`, or with a core `sequence_length`."""
+    return config.sequence_length if recurrent(config) else config.n_step
+
+
+def evaluation_policy(setup: Setup, config: Config, state: TrainState, deterministic: bool = True):
+    """The greedy policy (or epsilon_end-greedy when not `deterministic`) of the online Q-network."""
+    if recurrent(config):
+        return q_learning_recurrent.evaluation_policy(setup, config, state, deterministic)
+    return q_learning.evaluation_policy(setup, config, state, deterministic)
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
@@ -113,9 +167,19 @@ def transitions(traj) -> dict[str, jax.Array]:
     }
 
 
+def sequence_items(traj, sequences) -> dict[str, Any]:
+    """What the replay stores of each step with a core: `transitions` plus the episode start flag and the
+    behaviour's state before the step (`rollout.Sequences`)."""
+    return {**transitions(traj), "starts": sequences.starts, "hidden": sequences.hidden}
+
+
 @takes_setup
 def init(setup: Setup, config: Config, key: jax.Array) -> TrainState:
-    key, params, carry = q_learning.init_network(setup, key)
+    memory = None
+    if recurrent(config):
+        key, params, carry, memory = q_learning_recurrent.init_network(setup, config, key)
+    else:
+        key, params, carry = q_learning.init_network(setup, key)
     item = {
         "obs": carry.obs[0],
         "actions": jnp.zeros((), jnp.int32),
@@ -124,12 +188,14 @@ def init(setup: Setup, config: Config, key: jax.Array) -> TrainState:
         "truncated": jnp.zeros((), bool),
         "next_obs": carry.obs[0],
     }
+    if recurrent(config):
+        item |= {"starts": jnp.zeros((), bool), "hidden": jax.tree.map(lambda h: h[0], memory.hidden)}
     if config.prioritized:
         buffer = replay.init_prioritized(item, config.num_envs, config.buffer_size)
     else:
         buffer = replay.init(item, config.num_envs, config.buffer_size)
     opt_state = make_optimizer(config).init(params)
-    return TrainState(params, params, opt_state, buffer, carry, key, jnp.zeros((), jnp.int32))
+    return TrainState(params, params, opt_state, buffer, carry, key, jnp.zeros((), jnp.int32), memory)
 
 
 def td_errors(params, target_params, network: QNetwork, config: Config, batch: dict[str, jax.Array]):
@@ -151,8 +217,10 @@ def td_errors(params, target_params, network: QNetwork, config: Config, batch: d
 
 def loss_fn(params, target_params, network: QNetwork, config: Config, batch: dict[str, jax.Array], weights=None):
     """Mean TD loss of a batch, each element weighted by `weights` [B] when given (prioritised replay's
-    importance-sampling weights). Returns (loss, (stats, TD errors [B]))."""
-    td, q = td_errors(params, target_params, network, config, batch)
+    importance-sampling weights). Returns (loss, (stats, TD errors [B], with a core [T, B] after the burn-in:
+    `recurrent_replay.td_errors`))."""
+    errors = recurrent_replay.td_errors if recurrent(config) else td_errors
+    td, q = errors(params, target_params, network, config, batch)
     loss = losses.huber(td) if config.td_loss == "huber" else losses.l2(td)
     if weights is not None:
         loss = jax.lax.stop_gradient(weights) * loss
@@ -165,26 +233,30 @@ def beta_at(config: Config, iteration: jax.Array) -> jax.Array:
     return config.priority_beta + fraction * (config.priority_beta_end - config.priority_beta)
 
 
-def gradient_step(config: Config, network: QNetwork, optimizer, target_params, buffer, beta, learner, key: jax.Array):
+def gradient_step(
+    config: Config, network: QNetwork | RecurrentQNetwork, optimizer, target_params, buffer, beta, learner, key
+):
     """One gradient step on a replayed batch: `learner` = (params, opt_state, prioritized_buffer) -> (learner, stats).
 
     Uniform replay samples from `buffer` and carries `prioritized_buffer` = None. Prioritised replay samples from
     `prioritized_buffer` (`buffer` is then unused), weights each element's loss by its importance-sampling weight
-    at exponent `beta`, and sets the priorities of the drawn windows to |TD error| + priority_eps.
+    at exponent `beta`, and sets the priorities of the drawn windows to |TD error| + priority_eps (with a core,
+    `recurrent_replay.sequence_priority` of the window's TD errors + priority_eps).
     """
     params, opt_state, prioritized_buffer = learner
     if config.prioritized:
         batch, indices, probabilities = replay.sample_prioritized(
-            prioritized_buffer, key, config.replay_batch_size, config.n_step
+            prioritized_buffer, key, config.replay_batch_size, window(config)
         )
         weights = replay.importance_weights(probabilities, replay.size(prioritized_buffer), beta)
     else:
-        batch, weights = replay.sample(buffer, key, config.replay_batch_size, config.n_step), None
+        batch, weights = replay.sample(buffer, key, config.replay_batch_size, window(config)), None
     grad_fn = jax.grad(functools.partial(loss_fn, network=network, config=config), has_aux=True)
     grads, (stats, td) = grad_fn(params, target_params, batch=batch, weights=weights)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     if config.prioritized:
-        priorities = jnp.abs(td) + config.priority_eps
+        magnitude = recurrent_replay.sequence_priority(td) if recurrent(config) else jnp.abs(td)
+        priorities = magnitude + config.priority_eps
         prioritized_buffer = replay.set_priorities(prioritized_buffer, indices, priorities, config.priority_alpha)
     return (optax.apply_updates(params, updates), opt_state, prioritized_buffer), stats
 
@@ -193,26 +265,35 @@ def gradient_step(config: Config, network: QNetwork, optimizer, target_params, b
 def update(setup: Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration of the replay loop (`replay_loop.iteration`): `num_steps` epsilon-greedy steps of every env
     into the replay, then (once `learning_starts` env steps are in) `updates_per_iteration` gradient steps, then
-    the target update."""
+    the target update. With a core the behaviour's rollout carries its memory and the replay stores sequences
+    (`recurrent_replay`)."""
     network, optimizer = setup.network, make_optimizer(config)
     epsilon = epsilon_at(config, state.iteration)
-    act = behaviour(network, state.params, epsilon)
     beta = beta_at(config, state.iteration)
+    if recurrent(config):
+        act, env_carry = None, (state.env, state.memory)
+        collect = recurrent_replay.collect(config.num_steps, setup.env, network, state.params, epsilon)
+    else:
+        act, env_carry, collect = behaviour(network, state.params, epsilon), state.env, None
 
     def store(traj):
+        items = sequence_items(*traj) if recurrent(config) else transitions(traj)
         if config.prioritized:
-            return replay.add_prioritized(state.buffer, transitions(traj), config.n_step)
-        return replay.add(state.buffer, transitions(traj))
+            return replay.add_prioritized(state.buffer, items, window(config))
+        return replay.add(state.buffer, items)
 
     def learning(buffer):  # prioritised replay changes the buffer's priorities: the gradient steps carry it
         step = functools.partial(gradient_step, config, network, optimizer, state.target_params, buffer, beta)
         return (state.params, state.opt_state, buffer if config.prioritized else None), step
 
     out = replay_loop.iteration(
-        config, setup.env, act, state.env, state.key, state.iteration, store, learning, config.n_step
+        config, setup.env, act, env_carry, state.key, state.iteration, store, learning, window(config), collect
     )
     (params, opt_state, prioritized_buffer), stats, traj = out.learner, out.stats, out.traj
     buffer = prioritized_buffer if config.prioritized else out.buffer
+    env, memory = out.env if recurrent(config) else (out.env, None)
+    if recurrent(config):
+        traj = traj[0]
 
     update_target = (state.iteration + 1) % config.target_update_interval == 0
     moved = optax.incremental_update(params, state.target_params, config.tau)
@@ -221,5 +302,5 @@ def update(setup: Setup, config: Config, state: TrainState) -> tuple[TrainState,
     metrics = {**episode_metrics(traj), **stats, "epsilon": epsilon}
     if config.prioritized:
         metrics["priority_beta"] = beta
-    state = TrainState(params, target_params, opt_state, buffer, out.env, out.key, state.iteration + 1)
+    state = TrainState(params, target_params, opt_state, buffer, env, out.key, state.iteration + 1, memory)
     return state, metrics

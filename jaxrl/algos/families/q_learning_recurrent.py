@@ -22,26 +22,34 @@ from jaxrl.networks.recurrent import RecurrentQNetwork, initial_state, make_core
 from jaxrl.rollout import RecurrentAct, episode_metrics, initial_memory, recurrent_rollout, reset
 
 
-def make_network(config: LambdaConfig, spec: envs.EnvSpec) -> RecurrentQNetwork:
-    """`RecurrentQNetwork`: the Config's torso, its `core` of `core_size` units, a Q head."""
+def make_network(config: q_learning.Config, spec: envs.EnvSpec, dueling: bool = False) -> RecurrentQNetwork:
+    """`RecurrentQNetwork`: the Config's torso, its `core` of `core_size` units, a Q head (`dueling`: V + A -
+    mean(A))."""
     core = make_core(config.core, config.core_size)
-    return RecurrentQNetwork(spec.action_dim, q_learning.make_torso(config, spec), core, False, spec.action_mask)
+    return RecurrentQNetwork(spec.action_dim, q_learning.make_torso(config, spec), core, dueling, spec.action_mask)
 
 
-def setup(config: LambdaConfig) -> Setup:
+def setup(config: q_learning.Config, dueling: bool = False) -> Setup:
     """The env (`q_learning.make_env`) and the recurrent Q-network of `config`."""
     env = q_learning.make_env(config)
-    return Setup(env, make_network(config, env.spec))
+    return Setup(env, make_network(config, env.spec, dueling))
 
 
-@takes_setup
-def init(setup: Setup, config: LambdaConfig, key: jax.Array) -> LambdaState:
-    """Fresh Q-network parameters, reset envs and the core's initial state for every env."""
+def init_network(setup: Setup, config: q_learning.Config, key: jax.Array):
+    """(key, parameters, env carry, memory): a fresh env batch, Q-network parameters from `key`, and the core's
+    initial state for every env, each at an episode start."""
     network = setup.network
     key, net_key, env_key = jax.random.split(key, 3)
     carry = reset(setup.env, env_key)
     params = network.init(net_key, initial_state(network.core, 1), carry.obs[None, :1], jnp.ones((1, 1), bool))
     memory = initial_memory(initial_state(network.core, config.num_envs))
+    return key, params, carry, memory
+
+
+@takes_setup
+def init(setup: Setup, config: LambdaConfig, key: jax.Array) -> LambdaState:
+    """Fresh Q-network parameters, reset envs and the core's initial state for every env."""
+    key, params, carry, memory = init_network(setup, config, key)
     opt_state = q_learning.lambda_optimizer(config).init(params)
     return LambdaState(params, opt_state, carry, key, jnp.zeros((), jnp.int32), memory)
 

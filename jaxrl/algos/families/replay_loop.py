@@ -7,8 +7,8 @@ once `learning_starts` env steps are in and every env has written a sampling win
 gradient steps each learn from replayed batches. Before that the learner is unchanged and its stats read 0 (NaN
 would look like a divergence).
 
-The algorithm supplies the behaviour policy, how a rollout goes into the buffer, and its gradient step; the loop
-owns the order of the key splits and of the steps.
+The algorithm supplies the behaviour policy (or, for a policy with memory, its whole rollout), how a rollout goes
+into the buffer, and its gradient step; the loop owns the order of the key splits and of the steps.
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ Learning = Callable[[Any], tuple[Any, Step]]
 
 class Iteration(NamedTuple):
     """What one iteration of the loop leaves: the state's next key, the env carry, the rollout, the buffer, the
-    learner after the gradient steps and their stats (averaged over the steps)."""
+    learner after the gradient steps and their stats (averaged over the steps). With a `collect` of its own the
+    env carry and the rollout are what it returns."""
 
     key: jax.Array
-    env: EnvCarry
-    traj: Trajectory
+    env: EnvCarry | Any
+    traj: Trajectory | Any
     buffer: Any
     learner: Any
     stats: dict[str, jax.Array]
@@ -51,6 +52,7 @@ def iteration(
     store: Callable[[Trajectory], Any],
     learning: Learning,
     window: int = 1,
+    collect: Callable[[Any, jax.Array], tuple[Any, Any]] | None = None,
 ) -> Iteration:
     """One iteration of the replay loop from the state's `key`, `env_carry` and `iteration` count.
 
@@ -58,9 +60,14 @@ def iteration(
     rollout's transitions added; `learning(buffer)` returns the learner the gradient steps carry and the step
     `step(learner, key) -> (learner, stats)` that learns from that buffer; `window` is the number of steps a
     sample spans (n-step returns), which every env must have written before the first gradient step.
+    `collect(env_carry, key) -> (env_carry, traj)`, when given, replaces the rollout of `act` (a behaviour with
+    memory: the carry then holds the memory too); `store` receives the `traj` it returns.
     """
     key, rollout_key, learn_key = jax.random.split(key, 3)
-    carry, traj = rollout(env, act, no_critic(env), env_carry, rollout_key, config.num_steps, keep_next_obs=True)
+    if collect is None:
+        carry, traj = rollout(env, act, no_critic(env), env_carry, rollout_key, config.num_steps, keep_next_obs=True)
+    else:
+        carry, traj = collect(env_carry, rollout_key)
     buffer = store(traj)
     learner, step = learning(buffer)
 
