@@ -23,6 +23,9 @@ CONFIG = ppo.Config(
 )
 EXPLORE = {"learning_rate": "loguniform:1e-4:1e-2", "ent_coef": "uniform:0:0.05"}
 PBT = pbt.PBTConfig(population=4, ready=2, truncation=0.25, explore=EXPLORE, resample_probability=0.5)
+EPISODES = 4  # evaluation episodes: each member's at every iteration in EVAL_PBT, the best member's at the end
+# every member evaluated after every iteration, ranked at a ready step by the evaluation return
+EVAL_PBT = dataclasses.replace(PBT, eval_every=1, eval_episodes=EPISODES, fitness="eval")
 
 
 def assert_trees_equal(a, b):
@@ -77,6 +80,29 @@ def test_fitness_ignores_iterations_without_episodes():
     fitness = np.asarray(pbt.fitness_of(returns, window=3))
     np.testing.assert_allclose(fitness[:2], [3.0, 4.0])  # row 0 is outside the window
     assert np.isnan(fitness[2])
+
+
+def test_eval_fitness_ranks_by_the_evaluation_return_where_the_window_ranks_otherwise():
+    """A block whose training returns rank member 0 first and member 3 last while its evaluation ranks them the
+    other way: fitness "return" replaces member 3 by member 0, fitness "eval" member 0 by member 3."""
+    metrics = {
+        "episode_return": jnp.array([[90.0, 50.0, 40.0, 10.0], [110.0, 60.0, np.nan, 20.0]]),
+        "eval_return": jnp.array([[np.nan] * 4, [12.0, 30.0, 45.0, 200.0]]),  # evaluated after the last iteration
+    }
+    priors = pbt.validate(CONFIG, EVAL_PBT)
+    states = population(4)
+    configs = pbt.initial_population(CONFIG, EVAL_PBT, jax.random.key(1), priors)
+    window = dataclasses.replace(EVAL_PBT, fitness="return")
+    np.testing.assert_allclose(pbt.block_fitness(metrics, window), [100.0, 55.0, 40.0, 15.0])
+    np.testing.assert_array_equal(pbt.block_fitness(metrics, EVAL_PBT), [12.0, 30.0, 45.0, 200.0])
+    for settings, worst, best in ((window, 3, 0), (EVAL_PBT, 0, 3)):
+        fitness = pbt.block_fitness(metrics, settings)
+        step = pbt.ready_step(states, configs, fitness, jax.random.key(0), settings, priors)
+        new, _, (rank, parent, exploited) = step
+        assert int(rank[best]) == 0 and int(rank[worst]) == 3
+        np.testing.assert_array_equal(exploited, np.arange(4) == worst)
+        assert int(parent[worst]) == best
+        assert_trees_equal(take(new.params, worst), take(states.params, best))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -298,6 +324,61 @@ def test_program_shapes_and_lineage(pbt_run, tmp_path):
     assert pbt.plot_lineage(lineage, tmp_path / "lineage.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.fixture(scope="module")
+def eval_run():
+    """The program of `pbt_run` with EVAL_PBT under key 0: every member evaluated after every iteration, ranked by
+    the evaluation return."""
+    return jax.jit(pbt.make_pbt(CONFIG, EVAL_PBT))(jax.random.key(0))
+
+
+def test_program_evaluates_members_and_ranks_them_by_evaluation_returns(eval_run, pbt_run):
+    """Each iteration's evaluation is `run.compile.evaluation_scores` of the member (deterministic policy,
+    EPISODES fresh episodes keyed by `fold_in(eval_stream(key, P)[m], iteration)`); the ready steps rank by it;
+    the evaluation takes nothing from training: before the first exploit the training numbers are `pbt_run`'s."""
+    from jaxrl.run.compile import EVAL_METRICS, evaluation_scores
+
+    states, metrics, lineage = eval_run
+    for name in EVAL_METRICS:
+        assert metrics[name].shape == (4, CONFIG.num_iterations)
+    evaluated = np.asarray(metrics["eval_return"])
+    assert np.isfinite(evaluated).all() and (np.asarray(metrics["eval_finished"]) > 0).all()
+    np.testing.assert_array_equal(lineage.eval_return, evaluated[:, [1, 3]].T)  # after iterations 2 and 4
+    np.testing.assert_array_equal(lineage.fitness, lineage.eval_return)
+    for k in range(2):
+        np.testing.assert_array_equal(lineage.rank[k], pbt.ranks(jnp.asarray(evaluated[:, 2 * k + 1])))
+        for m in np.flatnonzero(lineage.exploited[k]):
+            assert lineage.rank[k, m] == 3 and lineage.rank[k, lineage.parent[k, m]] == 0
+    algo = base.algorithm_of(CONFIG)
+    configs = CONFIG.replace(**{n: v[-1] for n, v in lineage.next_hyperparameters.items()})
+    keys = pbt.eval_stream(jax.random.key(0), 4)
+    for m in range(4):  # the evaluation after the last iteration, member by member
+        member = CONFIG.replace(**{n: getattr(configs, n)[m] for n in EXPLORE})
+        scores = evaluation_scores(algo, member, take(states, m), keys[m], CONFIG.num_iterations, EPISODES)
+        assert float(scores["eval_return"]) == pytest.approx(evaluated[m, -1], rel=1e-6)
+    _, plain_metrics, _ = pbt_run[0]
+    for name, values in plain_metrics.items():
+        assert_trees_equal(metrics[name][:, :2], values[:, :2])
+
+
+def test_evaluation_keys_never_meet_training_keys(eval_run):
+    """The members' evaluation keys (and every `fold_in` of them a run plays) against the training keys the run
+    derives: the population, member and exploit/explore keys, each ready step's and each member's key before and
+    after training. The stream is `jaxrl train`'s (`run.compile.eval_keys`)."""
+    from jaxrl.run.compile import eval_keys
+
+    key = jax.random.key(0)
+    stream = pbt.eval_stream(key, 4)
+    assert_trees_equal(jax.random.key_data(stream), jax.random.key_data(eval_keys(0, 4)))
+    played = [jax.random.fold_in(k, i) for k in stream for i in range(1, CONFIG.num_iterations + 1)]
+    k_population, k_members, k_pbt = jax.random.split(key, 3)
+    start, _ = pbt.make_start(CONFIG, EVAL_PBT)(key)
+    training = [key, k_population, k_members, k_pbt, *jax.random.split(k_members, 4)]
+    training += [*pbt.step_keys(CONFIG, EVAL_PBT, key), *start.key, *eval_run[0].key]
+    as_set = lambda keys: {tuple(np.asarray(jax.random.key_data(k)).tolist()) for k in keys}  # noqa: E731
+    assert len(as_set([*stream, *played])) == 4 + len(played)
+    assert not as_set([*stream, *played]) & as_set(training)
+
+
 def test_population_folder_reads_as_a_run_folder(pbt_run, tmp_path):
     """write_folder: metrics.csv has one seed per member with the program's metrics, so plot and report read it;
     the summary ranks members by their last fitness."""
@@ -339,6 +420,12 @@ def test_population_folder_reads_as_a_run_folder(pbt_run, tmp_path):
         ({"fitness_window": 3}, r"fitness_window: got 3"),
         ({"perturb_factors": ()}, r"perturb_factors"),
         ({"resample_probability": 1.5}, r"resample_probability"),
+        ({"eval_every": 3, "ready": 4}, r"eval_every: got 3, must divide ready = 4"),
+        ({"eval_every": -1}, r"eval_every: got -1"),
+        ({"eval_every": 2, "eval_episodes": 0}, r"eval_episodes: got 0"),
+        ({"fitness": "eval"}, r"fitness: 'eval' ranks members by their evaluation return, which needs eval_every"),
+        ({"fitness": "best"}, r"fitness: got 'best'"),
+        ({"fitness": "eval", "eval_every": 2, "fitness_window": 1}, r"fitness_window: .* leave it None"),
     ],
 )
 def test_validation_errors(changes, match):
@@ -403,12 +490,11 @@ def test_chunk_plan_cuts_whole_ready_blocks():
 
 @pytest.fixture(scope="module")
 def chunked(tmp_path_factory):
-    """An uninterrupted run in 2 chunks with its folder, TensorBoard files and the best member's evaluation."""
+    """An uninterrupted run of EVAL_PBT (every member evaluated after every iteration, ranked by the evaluation)
+    in 2 chunks with its folder, TensorBoard files and the best member's evaluation."""
     out = tmp_path_factory.mktemp("pbt") / "full"
-    return pbt.run(CONFIG, PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES), out
+    return pbt.run(CONFIG, EVAL_PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES), out
 
-
-EPISODES = 4  # the best member's evaluation episodes in the chunked runs
 
 
 def read_board(directory):
@@ -437,14 +523,16 @@ def read_csv(path):
         return list(csv.DictReader(file))
 
 
-def test_chunked_run_follows_the_whole_program(chunked, pbt_run):
-    """The chunks run the schedule of `make_pbt` under the same key: the same parents, the same numbers up to
-    XLA's rewriting of differently nested programs."""
+def test_chunked_run_follows_the_whole_program(chunked, eval_run):
+    """The chunks run the schedule of `make_pbt` under the same key (seed 0): the same parents, the same numbers,
+    evaluations included, up to XLA's rewriting of differently nested programs."""
     result, out = chunked
-    states, metrics, lineage = pbt_run[0]
+    states, metrics, lineage = eval_run
     np.testing.assert_array_equal(result.lineage.parent, lineage.parent)
     np.testing.assert_array_equal(result.lineage.iteration, lineage.iteration)
     np.testing.assert_allclose(result.metrics["episode_return"], metrics["episode_return"], rtol=1e-4)
+    np.testing.assert_allclose(result.metrics["eval_return"], metrics["eval_return"], rtol=1e-4)
+    np.testing.assert_allclose(result.lineage.eval_return, lineage.eval_return, rtol=1e-4)
     for name in EXPLORE:
         np.testing.assert_allclose(result.lineage.next_hyperparameters[name], lineage.next_hyperparameters[name])
     files = {"config.json", "metrics.csv", "lineage.csv", "lineage.png", "summary.json", "checkpoints", "tensorboard"}
@@ -481,7 +569,13 @@ def test_tensorboard_holds_each_members_metrics_lineage_and_hyperparameters(chun
             assert [s for s, _ in schedule] == [0, *ready_steps]
             expected = [float(mine[0][name]), *(float(r[f"next_{name}"]) for r in mine)]
             np.testing.assert_allclose([v for _, v in schedule], expected, rtol=1e-6)
+        assert [s for s, _ in scalars["eval_return"]] == [(int(r["iteration"]) + 1) * steps for r in rows]  # all
+        np.testing.assert_allclose([v for _, v in scalars["eval_return"]], [float(r["eval_return"]) for r in rows],
+                                   rtol=1e-6)  # fmt: skip
     population = read_board(board / "population")
+    evaluated = np.asarray(result.metrics["eval_return"])
+    assert [s for s, _ in population["pbt/best_eval_return"]] == [(i + 1) * steps for i in range(evaluated.shape[1])]
+    np.testing.assert_allclose([v for _, v in population["pbt/best_eval_return"]], evaluated.max(0), rtol=1e-6)
     fitness = np.asarray(result.lineage.fitness)
     np.testing.assert_allclose([v for _, v in population["pbt/best_fitness"]], np.nanmax(fitness, 1), rtol=1e-6)
     evaluation = json.loads((out / "summary.json").read_text())["best_member_eval"]
@@ -511,6 +605,8 @@ def test_best_member_is_evaluated_on_the_evaluation_stream(chunked):
         assert 1 <= evaluation[f"{mode}_finished"] <= EPISODES
         assert evaluation[f"{mode}_return"] == pytest.approx(float(scores[mode][0][0]), abs=1e-4)
     assert evaluation["deterministic_return"] > 0 and evaluation["stochastic_return"] > 0
+    # the in-program evaluation after the last iteration played the same episodes with the same policy
+    assert evaluation["deterministic_return"] == pytest.approx(float(result.metrics["eval_return"][best, -1]), abs=1e-4)
     text = pbt.evaluate.evaluation_text(evaluation)
     assert f"best member {best} on {EPISODES} fresh episodes after iteration 5: deterministic return" in text
 
@@ -539,8 +635,9 @@ def test_jaxrl_eval_plays_every_member_of_a_population_and_names_the_best(chunke
 
 def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
     """Ctrl-C after chunk 1 of 2 (raised when its lineage.csv is written) checkpoints there; the resumed run
-    equals the uninterrupted one bit for bit: TrainStates, hyperparameters, metrics, lineage, metrics.csv and
-    lineage.csv."""
+    equals the uninterrupted one bit for bit: TrainStates, hyperparameters, metrics (the evaluations' included),
+    lineage, metrics.csv and lineage.csv. Its evaluation settings are part of the run: a resume without them is
+    refused."""
     from jaxrl.pbt import lineage as lineages
     from jaxrl.run import checkpoint, loop
 
@@ -553,13 +650,15 @@ def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
     monkeypatch.setattr(lineages, "write_lineage_csv", interrupt)
     out = tmp_path / "run"
     with pytest.raises(loop.Interrupted) as stop:
-        pbt.run(CONFIG, PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES)
+        pbt.run(CONFIG, EVAL_PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES)
     assert stop.value.iteration == 2 and not stop.value.compiling and not (out / "run.lock").exists()
     assert "jaxrl pbt ppo --resume" in stop.value.explain("ppo", False, command="pbt")
     monkeypatch.setattr(lineages, "write_lineage_csv", write)
     with pytest.raises(checkpoint.CheckpointError, match="different run: chunks: saved 2, now 1"):
-        pbt.run(CONFIG, PBT, out, num_chunks=1, resume=True, progress=False)
-    resumed = pbt.run(CONFIG, PBT, out, num_chunks=2, resume=True, progress=False, tensorboard=True,
+        pbt.run(CONFIG, EVAL_PBT, out, num_chunks=1, resume=True, progress=False)
+    with pytest.raises(checkpoint.CheckpointError, match="different run: pbt"):
+        pbt.run(CONFIG, PBT, out, num_chunks=2, resume=True, progress=False)
+    resumed = pbt.run(CONFIG, EVAL_PBT, out, num_chunks=2, resume=True, progress=False, tensorboard=True,
                       eval_episodes=EPISODES)  # fmt: skip
     full, full_out = chunked
     assert resumed.iterations_run == 3
@@ -567,6 +666,7 @@ def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
     assert_trees_equal(resumed.configs, full.configs)
     assert_trees_equal(resumed.metrics, full.metrics)
     assert_trees_equal(resumed.lineage, full.lineage)
+    assert "eval_return" in resumed.metrics and resumed.lineage.eval_return is not None
     for name in ("metrics.csv", "lineage.csv"):
         assert (out / name).read_text() == (full_out / name).read_text()
     assert resumed.evaluation == full.evaluation  # the same member on the same episodes

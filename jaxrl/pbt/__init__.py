@@ -69,12 +69,15 @@ from jaxrl.pbt.lineage import (
     write_metrics_csv,
 )
 from jaxrl.pbt.population import (
+    EVAL_FITNESS_METRIC,
+    FITNESS,
     FITNESS_METRIC,
     FOLLOW_PARENT,
     KINDS,
     OWN_FIELDS,
     PBTConfig,
     Prior,
+    block_fitness,
     exploit,
     explore,
     fitness_of,
@@ -85,10 +88,12 @@ from jaxrl.pbt.population import (
     select_parents,
     validate,
 )
-from jaxrl.pbt.program import fire_schedule, make_chunk, make_pbt, make_program, make_start, step_keys
+from jaxrl.pbt.program import eval_stream, fire_schedule, make_chunk, make_pbt, make_program, make_start, step_keys
 from jaxrl.pbt.runner import PopulationResult, evaluate_folder, resume_settings, run, run_to_folder
 
 __all__ = [
+    "EVAL_FITNESS_METRIC",
+    "FITNESS",
     "FITNESS_METRIC",
     "FOLLOW_PARENT",
     "KINDS",
@@ -98,6 +103,8 @@ __all__ = [
     "PopulationBoard",
     "PopulationResult",
     "Prior",
+    "block_fitness",
+    "eval_stream",
     "evaluate_best",
     "evaluate_folder",
     "explore",
