@@ -449,9 +449,13 @@ def test_cli_trains_a_population_and_refuses_a_bad_prior_in_one_line(tmp_path):
 
     out = tmp_path / "population"
     explore = ("--explore", "learning_rate=loguniform:1e-4:1e-2")
-    ok = jaxrl("--population", "4", *explore, "--out", str(out), "--tensorboard", "--eval-episodes", "2")
+    evaluated = ("--eval-every", "2", "--fitness", "eval", "--eval-episodes", "2")
+    ok = jaxrl("--population", "4", *explore, *evaluated, "--out", str(out), "--tensorboard")
     assert ok.returncode == 0, ok.stderr
     assert "compiling" in ok.stdout and str(out / "lineage.csv") in ok.stdout
+    assert "2 evaluation episodes every 2" in ok.stdout and "ranked by the fitness (evaluation return)" in ok.stdout
+    settings = json.loads((out / "config.json").read_text())["pbt"]
+    assert (settings["eval_every"], settings["eval_episodes"], settings["fitness"]) == (2, 2, "eval")
     evaluation = json.loads((out / "summary.json").read_text())["best_member_eval"]
     assert evaluation["episodes"] == 2 and pbt.evaluate.evaluation_text(evaluation) in ok.stdout
     assert {p.name for p in (out / "tensorboard").iterdir()} == {"member_0", "member_1", "member_2", "member_3",
@@ -459,21 +463,45 @@ def test_cli_trains_a_population_and_refuses_a_bad_prior_in_one_line(tmp_path):
     with open(out / "lineage.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     assert len(rows) == 4 * 2 and {int(r["member"]) for r in rows} == {0, 1, 2, 3}
+    assert all(r["fitness"] == r["eval_return"] for r in rows)
+    with open(out / "metrics.csv", newline="") as file:
+        evaluated = [float(r["eval_return"]) for r in csv.DictReader(file)]
+    assert np.isfinite(evaluated).sum() == 4 * 2  # after iterations 2 and 4
     lineage = (out / "lineage.csv").read_text()
     again = jaxrl("--resume", str(out), "--quiet")  # finished: nothing left to train, the same lineage
     assert again.returncode == 0, again.stderr
     assert "compiling" not in again.stdout and str(out / "lineage.csv") in again.stdout  # the summary alone
     assert (out / "lineage.csv").read_text() == lineage
     assert pbt.evaluate.evaluation_text(evaluation) in again.stdout  # kept from the finished run's summary.json
-    changed = jaxrl("--resume", str(out), "--population", "8")
+    changed = jaxrl("--resume", str(out), "--population", "8", "--fitness", "return", "--eval-episodes", "2")
     assert changed.returncode == 2 and len(changed.stderr.strip().splitlines()) == 1, changed.stderr
-    assert "--population differ" in changed.stderr
+    assert "--population, --fitness differ" in changed.stderr
     taken = jaxrl("--population", "4", "--explore", "learning_rate=loguniform:1e-4:1e-2", "--out", str(out))
     assert taken.returncode == 2 and len(taken.stderr.strip().splitlines()) == 1, taken.stderr
     assert f"--resume {out}" in taken.stderr and "choose a new --out" in taken.stderr
     bad = jaxrl("--explore", "learning_rate=lognormal:1:2", "--out", str(tmp_path / "bad"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert "learning_rate" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+def test_cli_evaluation_flags_make_the_pbt_config():
+    """--eval-every, --eval-episodes and --fitness become the PBTConfig's; --eval-episodes without --eval-every
+    is the final evaluation's alone; --fitness eval without --eval-every is refused in one line."""
+    from jaxrl import cli, commands
+    from jaxrl.algos import ALGORITHMS
+
+    def settings(*flags):
+        args = cli.build_parser("pbt").parse_args(["pbt", "ppo", "--explore", "learning_rate=loguniform:1e-4:1e-2",
+                                                   "--total-timesteps", "320", *flags])  # fmt: skip
+        return commands._pbt_settings(args, ALGORITHMS["ppo"])[1]
+
+    made = settings("--ready", "4", "--eval-every", "2", "--eval-episodes", "8", "--fitness", "eval")
+    assert (made.eval_every, made.eval_episodes, made.fitness) == (2, 8, "eval")
+    plain = settings("--eval-episodes", "8")
+    assert (plain.eval_every, plain.eval_episodes, plain.fitness) == (0, 16, "return")
+    with pytest.raises(ValueError, match="fitness: 'eval' .* needs eval_every") as error:
+        pbt.validate(CONFIG, settings("--ready", "2", "--fitness", "eval"))
+    assert "\n" not in str(error.value)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -741,3 +769,8 @@ def test_progress_bar_shows_the_best_and_median_fitness():
     assert pbt.runner.progress_text(None) == "no ready step yet"
     assert pbt.runner.progress_text(step([1.0, np.nan, 5.0, 2.0])) == "best 5.0, median 2.0"
     assert pbt.runner.progress_text(step([np.nan] * 4)) == "fitness: no episode ended"
+    evaluated = step([1.0, np.nan, 5.0, 2.0]).replace(eval_return=np.array([[7.0, 3.0, np.nan, 1.0]]))
+    assert pbt.runner.progress_text(evaluated) == "best 5.0, median 2.0; eval best 7.0"
+    ranked = evaluated.replace(fitness=evaluated.eval_return)
+    assert pbt.runner.progress_text(ranked, "eval") == "eval best 7.0, median 3.0"
+    assert pbt.runner.progress_text(step([np.nan] * 4), "eval") == "eval no episode ended"

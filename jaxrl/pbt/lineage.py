@@ -208,9 +208,9 @@ def fitness_name(fitness: str) -> str:
 def ranking(lineage: Lineage, fitness: str = "return") -> list[str]:
     """The members ranked by the fitness of the last ready step (`fitness`: what it is, `PBTConfig.fitness`),
     with the hyperparameters they continued with."""
-    fitness = np.asarray(lineage.fitness)
-    size = fitness.shape[1]
-    final = fitness[-1] if fitness.size else np.full(size, np.nan)
+    scores = np.asarray(lineage.fitness)
+    size = scores.shape[1]
+    final = scores[-1] if scores.size else np.full(size, np.nan)
     last = {n: np.asarray(v)[-1] for n, v in lineage.next_hyperparameters.items()}
     lines = [f"{'member':>6}  {'fitness':>9}  " + "  ".join(f"{n:>14}" for n in lineage.names)]
     for m in np.argsort(-np.nan_to_num(final, nan=-np.inf), kind="stable"):
