@@ -1,11 +1,13 @@
 """Population-based training (Jaderberg et al. 2017, "Population Based Training of Neural Networks", arXiv
 1711.09846) as ONE compiled program.
 
-A population of P members of one algorithm trains side by side (`jax.vmap` over members of
-`base.iteration`). Every `ready` iterations each member's fitness is measured: the mean `episode_return` over
-its last `fitness_window` iterations (iterations in which no episode finished are ignored; a member with none
-ranks last). The members are ranked, best first, ties broken by member index. Each member in the bottom
-`truncation` fraction then
+A population of P members of one algorithm trains side by side (`jax.vmap` over members of `base.iteration`). Every
+`ready` iterations each member's fitness is measured: the mean `episode_return` over its last `fitness_window`
+iterations (iterations in which no episode finished are ignored; a member with none ranks last), or with
+`fitness="eval"` its evaluation return at that iteration. With `eval_every` each member plays `eval_episodes` fresh
+episodes with its deterministic policy every `eval_every` iterations inside the program, on the run's evaluation
+key stream (`eval_stream`), as `jaxrl train --eval-every` evaluates a seed. The members are ranked, best first,
+ties broken by member index. Each member in the bottom `truncation` fraction then
 
 * exploits: copies the TrainState of a member drawn uniformly from the top `truncation` fraction (parameters,
   optimiser state, target networks, replay buffer, counters, observation and reward normalisation statistics:

@@ -1,6 +1,7 @@
 """The compiled PBT program: `lax.scan` over ready blocks, each a `lax.scan` of `ready` vmapped iterations of the
-population followed by the exploit/explore step (`jaxrl.pbt.population.ready_step`), inside one program with no
-host round trip. `make_chunk` runs a given number of blocks from a given population (the chunked runner,
+population (with `eval_every`, in pieces of `eval_every` iterations each followed by every member's evaluation)
+followed by the exploit/explore step (`jaxrl.pbt.population.ready_step`), inside one program with no host round
+trip. `make_chunk` runs a given number of blocks from a given population (the chunked runner,
 `jaxrl.pbt.runner`, calls it between checkpoints); `make_program` and `make_pbt` run the whole schedule."""
 
 from __future__ import annotations

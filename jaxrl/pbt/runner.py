@@ -2,12 +2,13 @@
 `jaxrl pbt`).
 
 The schedule of `make_pbt` is cut into `num_chunks` chunks of whole ready blocks (`run.compile.chunk_sizes`; the
-iterations past the last whole block end the last chunk). Between chunks the host shows the progress bar (the
-best and median fitness of the last ready step), and every `checkpoint_every` chunks, at the end and on Ctrl-C or
-SIGTERM (`run.signals`: at the next chunk boundary) saves the population's TrainStates and hyperparameters with
-every iteration's metrics and the lineage so far (`run.checkpoint`), then metrics.csv and lineage.csv. The run
-folder is claimed and locked as `jaxrl train`'s is (`run.folder`); its config.json holds everything a resume keeps,
-chunks included, so a resumed run compiles the same chunk programs and equals the uninterrupted one bit for bit.
+iterations past the last whole block end the last chunk). Between chunks the host shows the progress bar (the best
+and median fitness of the last ready step, and with evaluation its best evaluation return), and every
+`checkpoint_every` chunks, at the end and on Ctrl-C or SIGTERM (`run.signals`: at the next chunk boundary) saves
+the population's TrainStates and hyperparameters with every iteration's metrics and the lineage so far
+(`run.checkpoint`), then metrics.csv and lineage.csv. The run folder is claimed and locked as `jaxrl train`'s is
+(`run.folder`); its config.json holds everything a resume keeps, chunks included, so a resumed run compiles the
+same chunk programs and equals the uninterrupted one bit for bit.
 
 The members are sharded over `devices` (a 1-D mesh, as a sweep's rows; the population a multiple of the device
 count); exploit copies states across devices inside the program, and the ranks, parents and perturbations are
