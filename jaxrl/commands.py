@@ -191,6 +191,7 @@ def plot_command(args) -> int:
 
 
 PBT_DEFAULTS = {"population": 8, "ready": 10, "truncation": 0.25, "resample_probability": 0.25}
+PBT_EVAL_DEFAULTS = {"eval_every": 0, "eval_episodes": 16, "fitness": "return"}
 
 
 def _pbt_settings(args, module):
@@ -200,14 +201,19 @@ def _pbt_settings(args, module):
 
     explore = dict(spec.split("=", 1) for spec in args.explore or [])
     if not args.resume:
-        given = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in PBT_DEFAULTS.items()}
+        defaults = PBT_DEFAULTS | PBT_EVAL_DEFAULTS
+        given = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
+        if not given["eval_every"]:  # episodes of the final evaluation alone
+            given["eval_episodes"] = PBT_EVAL_DEFAULTS["eval_episodes"]
         settings = pbt.PBTConfig(**given, explore=explore)
         return config_from_args(module.Config, args), settings, args.seed or 0, args.chunks or 10
     algo, config, settings, seed, chunks = pbt.resume_settings(args.resume)
     if algo != args.algo:
         raise ValueError(f"--resume {args.resume}: it is a {algo} population; continue it with jaxrl pbt {algo}.")
     saved = {**dataclasses.asdict(settings), "seed": seed, "chunks": chunks}
-    given = {k: getattr(args, k) for k in (*PBT_DEFAULTS, "seed", "chunks") if getattr(args, k) is not None}
+    kept = (*PBT_DEFAULTS, "eval_every", "fitness", "seed", "chunks")
+    kept += ("eval_episodes",) if settings.eval_every else ()  # the in-program evaluation's; else the final one's
+    given = {k: getattr(args, k) for k in kept if getattr(args, k) is not None}
     given |= {f.name: getattr(args, f.name) for f in dataclasses.fields(config) if hasattr(args, f.name)}
     if explore:
         given["explore"] = explore
@@ -235,7 +241,8 @@ def pbt_command(args) -> int:
         module.validate(config)
         options = dict(num_chunks=chunks, checkpoint_every=args.checkpoint_every, resume=bool(args.resume))
         options |= dict(progress=not (args.no_progress or args.quiet), devices=args.devices)
-        options |= dict(tensorboard=args.tensorboard, eval_episodes=args.eval_episodes)
+        episodes = args.eval_episodes if args.eval_episodes is not None else settings.eval_episodes
+        options |= dict(tensorboard=args.tensorboard, eval_episodes=episodes)
         log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
         print(pbt.run_to_folder(out, args.algo, config, settings, seed, log=log, **options))
     except loop.Interrupted as stop:

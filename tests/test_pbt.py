@@ -23,6 +23,9 @@ CONFIG = ppo.Config(
 )
 EXPLORE = {"learning_rate": "loguniform:1e-4:1e-2", "ent_coef": "uniform:0:0.05"}
 PBT = pbt.PBTConfig(population=4, ready=2, truncation=0.25, explore=EXPLORE, resample_probability=0.5)
+EPISODES = 4  # evaluation episodes: each member's at every iteration in EVAL_PBT, the best member's at the end
+# every member evaluated after every iteration, ranked at a ready step by the evaluation return
+EVAL_PBT = dataclasses.replace(PBT, eval_every=1, eval_episodes=EPISODES, fitness="eval")
 
 
 def assert_trees_equal(a, b):
@@ -77,6 +80,29 @@ def test_fitness_ignores_iterations_without_episodes():
     fitness = np.asarray(pbt.fitness_of(returns, window=3))
     np.testing.assert_allclose(fitness[:2], [3.0, 4.0])  # row 0 is outside the window
     assert np.isnan(fitness[2])
+
+
+def test_eval_fitness_ranks_by_the_evaluation_return_where_the_window_ranks_otherwise():
+    """A block whose training returns rank member 0 first and member 3 last while its evaluation ranks them the
+    other way: fitness "return" replaces member 3 by member 0, fitness "eval" member 0 by member 3."""
+    metrics = {
+        "episode_return": jnp.array([[90.0, 50.0, 40.0, 10.0], [110.0, 60.0, np.nan, 20.0]]),
+        "eval_return": jnp.array([[np.nan] * 4, [12.0, 30.0, 45.0, 200.0]]),  # evaluated after the last iteration
+    }
+    priors = pbt.validate(CONFIG, EVAL_PBT)
+    states = population(4)
+    configs = pbt.initial_population(CONFIG, EVAL_PBT, jax.random.key(1), priors)
+    window = dataclasses.replace(EVAL_PBT, fitness="return")
+    np.testing.assert_allclose(pbt.block_fitness(metrics, window), [100.0, 55.0, 40.0, 15.0])
+    np.testing.assert_array_equal(pbt.block_fitness(metrics, EVAL_PBT), [12.0, 30.0, 45.0, 200.0])
+    for settings, worst, best in ((window, 3, 0), (EVAL_PBT, 0, 3)):
+        fitness = pbt.block_fitness(metrics, settings)
+        step = pbt.ready_step(states, configs, fitness, jax.random.key(0), settings, priors)
+        new, _, (rank, parent, exploited) = step
+        assert int(rank[best]) == 0 and int(rank[worst]) == 3
+        np.testing.assert_array_equal(exploited, np.arange(4) == worst)
+        assert int(parent[worst]) == best
+        assert_trees_equal(take(new.params, worst), take(states.params, best))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -298,6 +324,61 @@ def test_program_shapes_and_lineage(pbt_run, tmp_path):
     assert pbt.plot_lineage(lineage, tmp_path / "lineage.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.fixture(scope="module")
+def eval_run():
+    """The program of `pbt_run` with EVAL_PBT under key 0: every member evaluated after every iteration, ranked by
+    the evaluation return."""
+    return jax.jit(pbt.make_pbt(CONFIG, EVAL_PBT))(jax.random.key(0))
+
+
+def test_program_evaluates_members_and_ranks_them_by_evaluation_returns(eval_run, pbt_run):
+    """Each iteration's evaluation is `run.compile.evaluation_scores` of the member (deterministic policy,
+    EPISODES fresh episodes keyed by `fold_in(eval_stream(key, P)[m], iteration)`); the ready steps rank by it;
+    the evaluation takes nothing from training: before the first exploit the training numbers are `pbt_run`'s."""
+    from jaxrl.run.compile import EVAL_METRICS, evaluation_scores
+
+    states, metrics, lineage = eval_run
+    for name in EVAL_METRICS:
+        assert metrics[name].shape == (4, CONFIG.num_iterations)
+    evaluated = np.asarray(metrics["eval_return"])
+    assert np.isfinite(evaluated).all() and (np.asarray(metrics["eval_finished"]) > 0).all()
+    np.testing.assert_array_equal(lineage.eval_return, evaluated[:, [1, 3]].T)  # after iterations 2 and 4
+    np.testing.assert_array_equal(lineage.fitness, lineage.eval_return)
+    for k in range(2):
+        np.testing.assert_array_equal(lineage.rank[k], pbt.ranks(jnp.asarray(evaluated[:, 2 * k + 1])))
+        for m in np.flatnonzero(lineage.exploited[k]):
+            assert lineage.rank[k, m] == 3 and lineage.rank[k, lineage.parent[k, m]] == 0
+    algo = base.algorithm_of(CONFIG)
+    configs = CONFIG.replace(**{n: v[-1] for n, v in lineage.next_hyperparameters.items()})
+    keys = pbt.eval_stream(jax.random.key(0), 4)
+    for m in range(4):  # the evaluation after the last iteration, member by member
+        member = CONFIG.replace(**{n: getattr(configs, n)[m] for n in EXPLORE})
+        scores = evaluation_scores(algo, member, take(states, m), keys[m], CONFIG.num_iterations, EPISODES)
+        assert float(scores["eval_return"]) == pytest.approx(evaluated[m, -1], rel=1e-6)
+    _, plain_metrics, _ = pbt_run[0]
+    for name, values in plain_metrics.items():
+        assert_trees_equal(metrics[name][:, :2], values[:, :2])
+
+
+def test_evaluation_keys_never_meet_training_keys(eval_run):
+    """The members' evaluation keys (and every `fold_in` of them a run plays) against the training keys the run
+    derives: the population, member and exploit/explore keys, each ready step's and each member's key before and
+    after training. The stream is `jaxrl train`'s (`run.compile.eval_keys`)."""
+    from jaxrl.run.compile import eval_keys
+
+    key = jax.random.key(0)
+    stream = pbt.eval_stream(key, 4)
+    assert_trees_equal(jax.random.key_data(stream), jax.random.key_data(eval_keys(0, 4)))
+    played = [jax.random.fold_in(k, i) for k in stream for i in range(1, CONFIG.num_iterations + 1)]
+    k_population, k_members, k_pbt = jax.random.split(key, 3)
+    start, _ = pbt.make_start(CONFIG, EVAL_PBT)(key)
+    training = [key, k_population, k_members, k_pbt, *jax.random.split(k_members, 4)]
+    training += [*pbt.step_keys(CONFIG, EVAL_PBT, key), *start.key, *eval_run[0].key]
+    as_set = lambda keys: {tuple(np.asarray(jax.random.key_data(k)).tolist()) for k in keys}  # noqa: E731
+    assert len(as_set([*stream, *played])) == 4 + len(played)
+    assert not as_set([*stream, *played]) & as_set(training)
+
+
 def test_population_folder_reads_as_a_run_folder(pbt_run, tmp_path):
     """write_folder: metrics.csv has one seed per member with the program's metrics, so plot and report read it;
     the summary ranks members by their last fitness."""
@@ -339,6 +420,12 @@ def test_population_folder_reads_as_a_run_folder(pbt_run, tmp_path):
         ({"fitness_window": 3}, r"fitness_window: got 3"),
         ({"perturb_factors": ()}, r"perturb_factors"),
         ({"resample_probability": 1.5}, r"resample_probability"),
+        ({"eval_every": 3, "ready": 4}, r"eval_every: got 3, must divide ready = 4"),
+        ({"eval_every": -1}, r"eval_every: got -1"),
+        ({"eval_every": 2, "eval_episodes": 0}, r"eval_episodes: got 0"),
+        ({"fitness": "eval"}, r"fitness: 'eval' ranks members by their evaluation return, which needs eval_every"),
+        ({"fitness": "best"}, r"fitness: got 'best'"),
+        ({"fitness": "eval", "eval_every": 2, "fitness_window": 1}, r"fitness_window: .* leave it None"),
     ],
 )
 def test_validation_errors(changes, match):
@@ -362,9 +449,13 @@ def test_cli_trains_a_population_and_refuses_a_bad_prior_in_one_line(tmp_path):
 
     out = tmp_path / "population"
     explore = ("--explore", "learning_rate=loguniform:1e-4:1e-2")
-    ok = jaxrl("--population", "4", *explore, "--out", str(out), "--tensorboard", "--eval-episodes", "2")
+    evaluated = ("--eval-every", "2", "--fitness", "eval", "--eval-episodes", "2")
+    ok = jaxrl("--population", "4", *explore, *evaluated, "--out", str(out), "--tensorboard")
     assert ok.returncode == 0, ok.stderr
     assert "compiling" in ok.stdout and str(out / "lineage.csv") in ok.stdout
+    assert "2 evaluation episodes every 2" in ok.stdout and "ranked by the fitness (evaluation return)" in ok.stdout
+    settings = json.loads((out / "config.json").read_text())["pbt"]
+    assert (settings["eval_every"], settings["eval_episodes"], settings["fitness"]) == (2, 2, "eval")
     evaluation = json.loads((out / "summary.json").read_text())["best_member_eval"]
     assert evaluation["episodes"] == 2 and pbt.evaluate.evaluation_text(evaluation) in ok.stdout
     assert {p.name for p in (out / "tensorboard").iterdir()} == {"member_0", "member_1", "member_2", "member_3",
@@ -372,21 +463,45 @@ def test_cli_trains_a_population_and_refuses_a_bad_prior_in_one_line(tmp_path):
     with open(out / "lineage.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     assert len(rows) == 4 * 2 and {int(r["member"]) for r in rows} == {0, 1, 2, 3}
+    assert all(r["fitness"] == r["eval_return"] for r in rows)
+    with open(out / "metrics.csv", newline="") as file:
+        evaluated = [float(r["eval_return"]) for r in csv.DictReader(file)]
+    assert np.isfinite(evaluated).sum() == 4 * 2  # after iterations 2 and 4
     lineage = (out / "lineage.csv").read_text()
     again = jaxrl("--resume", str(out), "--quiet")  # finished: nothing left to train, the same lineage
     assert again.returncode == 0, again.stderr
     assert "compiling" not in again.stdout and str(out / "lineage.csv") in again.stdout  # the summary alone
     assert (out / "lineage.csv").read_text() == lineage
     assert pbt.evaluate.evaluation_text(evaluation) in again.stdout  # kept from the finished run's summary.json
-    changed = jaxrl("--resume", str(out), "--population", "8")
+    changed = jaxrl("--resume", str(out), "--population", "8", "--fitness", "return", "--eval-episodes", "2")
     assert changed.returncode == 2 and len(changed.stderr.strip().splitlines()) == 1, changed.stderr
-    assert "--population differ" in changed.stderr
+    assert "--population, --fitness differ" in changed.stderr
     taken = jaxrl("--population", "4", "--explore", "learning_rate=loguniform:1e-4:1e-2", "--out", str(out))
     assert taken.returncode == 2 and len(taken.stderr.strip().splitlines()) == 1, taken.stderr
     assert f"--resume {out}" in taken.stderr and "choose a new --out" in taken.stderr
     bad = jaxrl("--explore", "learning_rate=lognormal:1:2", "--out", str(tmp_path / "bad"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert "learning_rate" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+def test_cli_evaluation_flags_make_the_pbt_config():
+    """--eval-every, --eval-episodes and --fitness become the PBTConfig's; --eval-episodes without --eval-every
+    is the final evaluation's alone; --fitness eval without --eval-every is refused in one line."""
+    from jaxrl import cli, commands
+    from jaxrl.algos import ALGORITHMS
+
+    def settings(*flags):
+        args = cli.build_parser("pbt").parse_args(["pbt", "ppo", "--explore", "learning_rate=loguniform:1e-4:1e-2",
+                                                   "--total-timesteps", "320", *flags])  # fmt: skip
+        return commands._pbt_settings(args, ALGORITHMS["ppo"])[1]
+
+    made = settings("--ready", "4", "--eval-every", "2", "--eval-episodes", "8", "--fitness", "eval")
+    assert (made.eval_every, made.eval_episodes, made.fitness) == (2, 8, "eval")
+    plain = settings("--eval-episodes", "8")
+    assert (plain.eval_every, plain.eval_episodes, plain.fitness) == (0, 16, "return")
+    with pytest.raises(ValueError, match="fitness: 'eval' .* needs eval_every") as error:
+        pbt.validate(CONFIG, settings("--ready", "2", "--fitness", "eval"))
+    assert "\n" not in str(error.value)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -403,12 +518,11 @@ def test_chunk_plan_cuts_whole_ready_blocks():
 
 @pytest.fixture(scope="module")
 def chunked(tmp_path_factory):
-    """An uninterrupted run in 2 chunks with its folder, TensorBoard files and the best member's evaluation."""
+    """An uninterrupted run of EVAL_PBT (every member evaluated after every iteration, ranked by the evaluation)
+    in 2 chunks with its folder, TensorBoard files and the best member's evaluation."""
     out = tmp_path_factory.mktemp("pbt") / "full"
-    return pbt.run(CONFIG, PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES), out
+    return pbt.run(CONFIG, EVAL_PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES), out
 
-
-EPISODES = 4  # the best member's evaluation episodes in the chunked runs
 
 
 def read_board(directory):
@@ -437,14 +551,16 @@ def read_csv(path):
         return list(csv.DictReader(file))
 
 
-def test_chunked_run_follows_the_whole_program(chunked, pbt_run):
-    """The chunks run the schedule of `make_pbt` under the same key: the same parents, the same numbers up to
-    XLA's rewriting of differently nested programs."""
+def test_chunked_run_follows_the_whole_program(chunked, eval_run):
+    """The chunks run the schedule of `make_pbt` under the same key (seed 0): the same parents, the same numbers,
+    evaluations included, up to XLA's rewriting of differently nested programs."""
     result, out = chunked
-    states, metrics, lineage = pbt_run[0]
+    states, metrics, lineage = eval_run
     np.testing.assert_array_equal(result.lineage.parent, lineage.parent)
     np.testing.assert_array_equal(result.lineage.iteration, lineage.iteration)
     np.testing.assert_allclose(result.metrics["episode_return"], metrics["episode_return"], rtol=1e-4)
+    np.testing.assert_allclose(result.metrics["eval_return"], metrics["eval_return"], rtol=1e-4)
+    np.testing.assert_allclose(result.lineage.eval_return, lineage.eval_return, rtol=1e-4)
     for name in EXPLORE:
         np.testing.assert_allclose(result.lineage.next_hyperparameters[name], lineage.next_hyperparameters[name])
     files = {"config.json", "metrics.csv", "lineage.csv", "lineage.png", "summary.json", "checkpoints", "tensorboard"}
@@ -481,7 +597,13 @@ def test_tensorboard_holds_each_members_metrics_lineage_and_hyperparameters(chun
             assert [s for s, _ in schedule] == [0, *ready_steps]
             expected = [float(mine[0][name]), *(float(r[f"next_{name}"]) for r in mine)]
             np.testing.assert_allclose([v for _, v in schedule], expected, rtol=1e-6)
+        assert [s for s, _ in scalars["eval_return"]] == [(int(r["iteration"]) + 1) * steps for r in rows]  # all
+        np.testing.assert_allclose([v for _, v in scalars["eval_return"]], [float(r["eval_return"]) for r in rows],
+                                   rtol=1e-6)  # fmt: skip
     population = read_board(board / "population")
+    evaluated = np.asarray(result.metrics["eval_return"])
+    assert [s for s, _ in population["pbt/best_eval_return"]] == [(i + 1) * steps for i in range(evaluated.shape[1])]
+    np.testing.assert_allclose([v for _, v in population["pbt/best_eval_return"]], evaluated.max(0), rtol=1e-6)
     fitness = np.asarray(result.lineage.fitness)
     np.testing.assert_allclose([v for _, v in population["pbt/best_fitness"]], np.nanmax(fitness, 1), rtol=1e-6)
     evaluation = json.loads((out / "summary.json").read_text())["best_member_eval"]
@@ -511,6 +633,8 @@ def test_best_member_is_evaluated_on_the_evaluation_stream(chunked):
         assert 1 <= evaluation[f"{mode}_finished"] <= EPISODES
         assert evaluation[f"{mode}_return"] == pytest.approx(float(scores[mode][0][0]), abs=1e-4)
     assert evaluation["deterministic_return"] > 0 and evaluation["stochastic_return"] > 0
+    # the in-program evaluation after the last iteration played the same episodes with the same policy
+    assert evaluation["deterministic_return"] == pytest.approx(float(result.metrics["eval_return"][best, -1]), abs=1e-4)
     text = pbt.evaluate.evaluation_text(evaluation)
     assert f"best member {best} on {EPISODES} fresh episodes after iteration 5: deterministic return" in text
 
@@ -539,8 +663,9 @@ def test_jaxrl_eval_plays_every_member_of_a_population_and_names_the_best(chunke
 
 def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
     """Ctrl-C after chunk 1 of 2 (raised when its lineage.csv is written) checkpoints there; the resumed run
-    equals the uninterrupted one bit for bit: TrainStates, hyperparameters, metrics, lineage, metrics.csv and
-    lineage.csv."""
+    equals the uninterrupted one bit for bit: TrainStates, hyperparameters, metrics (the evaluations' included),
+    lineage, metrics.csv and lineage.csv. Its evaluation settings are part of the run: a resume without them is
+    refused."""
     from jaxrl.pbt import lineage as lineages
     from jaxrl.run import checkpoint, loop
 
@@ -553,13 +678,15 @@ def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
     monkeypatch.setattr(lineages, "write_lineage_csv", interrupt)
     out = tmp_path / "run"
     with pytest.raises(loop.Interrupted) as stop:
-        pbt.run(CONFIG, PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES)
+        pbt.run(CONFIG, EVAL_PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES)
     assert stop.value.iteration == 2 and not stop.value.compiling and not (out / "run.lock").exists()
     assert "jaxrl pbt ppo --resume" in stop.value.explain("ppo", False, command="pbt")
     monkeypatch.setattr(lineages, "write_lineage_csv", write)
     with pytest.raises(checkpoint.CheckpointError, match="different run: chunks: saved 2, now 1"):
-        pbt.run(CONFIG, PBT, out, num_chunks=1, resume=True, progress=False)
-    resumed = pbt.run(CONFIG, PBT, out, num_chunks=2, resume=True, progress=False, tensorboard=True,
+        pbt.run(CONFIG, EVAL_PBT, out, num_chunks=1, resume=True, progress=False)
+    with pytest.raises(checkpoint.CheckpointError, match="different run: pbt"):
+        pbt.run(CONFIG, PBT, out, num_chunks=2, resume=True, progress=False)
+    resumed = pbt.run(CONFIG, EVAL_PBT, out, num_chunks=2, resume=True, progress=False, tensorboard=True,
                       eval_episodes=EPISODES)  # fmt: skip
     full, full_out = chunked
     assert resumed.iterations_run == 3
@@ -567,6 +694,7 @@ def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
     assert_trees_equal(resumed.configs, full.configs)
     assert_trees_equal(resumed.metrics, full.metrics)
     assert_trees_equal(resumed.lineage, full.lineage)
+    assert "eval_return" in resumed.metrics and resumed.lineage.eval_return is not None
     for name in ("metrics.csv", "lineage.csv"):
         assert (out / name).read_text() == (full_out / name).read_text()
     assert resumed.evaluation == full.evaluation  # the same member on the same episodes
@@ -641,3 +769,8 @@ def test_progress_bar_shows_the_best_and_median_fitness():
     assert pbt.runner.progress_text(None) == "no ready step yet"
     assert pbt.runner.progress_text(step([1.0, np.nan, 5.0, 2.0])) == "best 5.0, median 2.0"
     assert pbt.runner.progress_text(step([np.nan] * 4)) == "fitness: no episode ended"
+    evaluated = step([1.0, np.nan, 5.0, 2.0]).replace(eval_return=np.array([[7.0, 3.0, np.nan, 1.0]]))
+    assert pbt.runner.progress_text(evaluated) == "best 5.0, median 2.0; eval best 7.0"
+    ranked = evaluated.replace(fitness=evaluated.eval_return)
+    assert pbt.runner.progress_text(ranked, "eval") == "eval best 7.0, median 3.0"
+    assert pbt.runner.progress_text(step([np.nan] * 4), "eval") == "eval no episode ended"

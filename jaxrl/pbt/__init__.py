@@ -1,11 +1,13 @@
 """Population-based training (Jaderberg et al. 2017, "Population Based Training of Neural Networks", arXiv
 1711.09846) as ONE compiled program.
 
-A population of P members of one algorithm trains side by side (`jax.vmap` over members of
-`base.iteration`). Every `ready` iterations each member's fitness is measured: the mean `episode_return` over
-its last `fitness_window` iterations (iterations in which no episode finished are ignored; a member with none
-ranks last). The members are ranked, best first, ties broken by member index. Each member in the bottom
-`truncation` fraction then
+A population of P members of one algorithm trains side by side (`jax.vmap` over members of `base.iteration`). Every
+`ready` iterations each member's fitness is measured: the mean `episode_return` over its last `fitness_window`
+iterations (iterations in which no episode finished are ignored; a member with none ranks last), or with
+`fitness="eval"` its evaluation return at that iteration. With `eval_every` each member plays `eval_episodes` fresh
+episodes with its deterministic policy every `eval_every` iterations inside the program, on the run's evaluation
+key stream (`eval_stream`), as `jaxrl train --eval-every` evaluates a seed. The members are ranked, best first,
+ties broken by member index. Each member in the bottom `truncation` fraction then
 
 * exploits: copies the TrainState of a member drawn uniformly from the top `truncation` fraction (parameters,
   optimiser state, target networks, replay buffer, counters, observation and reward normalisation statistics:
@@ -69,12 +71,15 @@ from jaxrl.pbt.lineage import (
     write_metrics_csv,
 )
 from jaxrl.pbt.population import (
+    EVAL_FITNESS_METRIC,
+    FITNESS,
     FITNESS_METRIC,
     FOLLOW_PARENT,
     KINDS,
     OWN_FIELDS,
     PBTConfig,
     Prior,
+    block_fitness,
     exploit,
     explore,
     fitness_of,
@@ -85,10 +90,12 @@ from jaxrl.pbt.population import (
     select_parents,
     validate,
 )
-from jaxrl.pbt.program import fire_schedule, make_chunk, make_pbt, make_program, make_start, step_keys
+from jaxrl.pbt.program import eval_stream, fire_schedule, make_chunk, make_pbt, make_program, make_start, step_keys
 from jaxrl.pbt.runner import PopulationResult, evaluate_folder, resume_settings, run, run_to_folder
 
 __all__ = [
+    "EVAL_FITNESS_METRIC",
+    "FITNESS",
     "FITNESS_METRIC",
     "FOLLOW_PARENT",
     "KINDS",
@@ -98,6 +105,8 @@ __all__ = [
     "PopulationBoard",
     "PopulationResult",
     "Prior",
+    "block_fitness",
+    "eval_stream",
     "evaluate_best",
     "evaluate_folder",
     "explore",

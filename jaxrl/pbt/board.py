@@ -7,8 +7,10 @@ training metric per iteration under its own name (as `jaxrl train` writes it), a
 hyperparameter as `hyperparameters/NAME`, the value the member trains with from that step on (at step 0 its
 initial value). `tensorboard/population/` holds `pbt/best_fitness` and `pbt/median_fitness` per ready step and,
 after the run, the best member's evaluation (`eval/member`, `eval/deterministic_return`,
-`eval/stochastic_return`). The x axis is the env steps of one member: a ready step after iteration i sits at the
-step of that iteration.
+`eval/stochastic_return`); with `PBTConfig.eval_every`, each member's `eval_return`, `eval_length` and
+`eval_finished` are among its metrics at the iterations evaluated, and the population's run holds
+`pbt/best_eval_return` and `pbt/median_eval_return` there. The x axis is the env steps of one member: a ready
+step after iteration i sits at the step of that iteration.
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ class PopulationBoard:
         """Every member's training metrics {name: [P, size]} of iterations `first_iteration`, ..."""
         for m, sink in enumerate(self.members):
             sink.write({name: values[m : m + 1] for name, values in metrics.items()}, first_iteration, self.steps)
+        evaluated = np.asarray(metrics.get("eval_return", np.zeros((0, 0))))
+        for i in range(evaluated.shape[1]):
+            finite = evaluated[:, i][np.isfinite(evaluated[:, i])]
+            step = (first_iteration + i + 1) * self.steps
+            if finite.size and step >= self.population.skip_before:
+                self.population.writer.add_scalar("pbt/best_eval_return", float(finite.max()), step)
+                self.population.writer.add_scalar("pbt/median_eval_return", float(np.median(finite)), step)
 
     def write_lineage(self, part: Lineage, ready: int) -> None:
         """The ready steps of `part` (a chunk's lineage; `ready`: iterations per block)."""

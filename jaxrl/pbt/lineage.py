@@ -25,7 +25,8 @@ class Lineage:
     `iteration` [R] the iterations done at step k; `fitness` and `rank` (0 best) of each member then;
     `exploited` whether it was replaced; `parent` the member whose state and hyperparameters it took (itself
     when not replaced); `hyperparameters[name]` what it trained with in the block ending at step k and
-    `next_hyperparameters[name]` what it continues with (after explore)."""
+    `next_hyperparameters[name]` what it continues with (after explore); `eval_return` each member's evaluation
+    return at step k (`PBTConfig.eval_every`; None without evaluation)."""
 
     iteration: jax.Array
     fitness: jax.Array
@@ -34,6 +35,7 @@ class Lineage:
     parent: jax.Array
     hyperparameters: dict[str, jax.Array]
     next_hyperparameters: dict[str, jax.Array]
+    eval_return: jax.Array | None = None
 
     @property
     def names(self) -> list[str]:
@@ -69,6 +71,8 @@ def lineage_rows(lineage: Lineage) -> list[dict[str, Any]]:
                 "exploited": bool(host.exploited[k, m]),
                 "parent": int(host.parent[k, m]),
             }
+            if host.eval_return is not None:
+                row["eval_return"] = _number(host.eval_return[k, m])
             row.update({n: _number(host.hyperparameters[n][k, m]) for n in lineage.names})
             row.update({f"next_{n}": _number(host.next_hyperparameters[n][k, m]) for n in lineage.names})
             rows.append(row)
@@ -77,7 +81,8 @@ def lineage_rows(lineage: Lineage) -> list[dict[str, Any]]:
 
 def write_lineage_csv(lineage: Lineage, path: str | Path) -> Path:
     """The lineage as a tidy CSV, one row per member x ready step: ready_step, iteration, member, fitness,
-    rank, exploited, parent, each explored field (trained with) and next_<field> (continued with)."""
+    rank, exploited, parent, eval_return (with evaluation), each explored field (trained with) and next_<field>
+    (continued with)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = lineage_rows(lineage)
@@ -89,6 +94,7 @@ def write_lineage_csv(lineage: Lineage, path: str | Path) -> Path:
         "rank",
         "exploited",
         "parent",
+        *(["eval_return"] if lineage.eval_return is not None else []),
         *lineage.names,
         *(f"next_{n}" for n in lineage.names),
     ]
@@ -99,10 +105,10 @@ def write_lineage_csv(lineage: Lineage, path: str | Path) -> Path:
     return path
 
 
-def plot_lineage(lineage: Lineage, path: str | Path) -> Path:
+def plot_lineage(lineage: Lineage, path: str | Path, fitness: str = "return") -> Path:
     """A PNG: one panel per explored hyperparameter (each member's schedule over iterations, a dot where it was
     replaced by a perturbed copy of its parent; log scale for learning rates and loguniform-looking spans) and
-    one of each member's fitness at every ready step."""
+    one of each member's fitness at every ready step (`fitness`: what it is, `PBTConfig.fitness`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,7 +147,7 @@ def plot_lineage(lineage: Lineage, path: str | Path) -> Path:
         )
     if size <= 12:
         ax.legend(fontsize=7, ncol=min(size, 6))
-    ax.set_ylabel(f"fitness ({FITNESS_METRIC.replace('_', ' ')})")
+    ax.set_ylabel(f"fitness ({fitness_name(fitness)})")
     ax.set_xlabel("iteration")
     ax.grid(alpha=0.3)
     axes[0, 0].set_title(f"population-based training: {size} members, {steps} ready steps (dots: exploited)")
@@ -153,6 +159,16 @@ def plot_lineage(lineage: Lineage, path: str | Path) -> Path:
 # ---------------------------------------------------------------------------------------------------------
 
 
+EVAL_SETTINGS = ("eval_every", "eval_episodes", "fitness")
+
+
+def pbt_settings(pbt: PBTConfig) -> dict:
+    """The PBTConfig as config.json holds it: the evaluation's settings only with `eval_every` (without it they
+    change nothing)."""
+    settings = {**dataclasses.asdict(pbt), "explore": dict(pbt.explore)}
+    return settings if pbt.eval_every else {k: v for k, v in settings.items() if k not in EVAL_SETTINGS}
+
+
 def folder_info(algo: str, config, pbt: PBTConfig, seed: int = 0, num_chunks: int = 1) -> dict:
     """The config.json of a population's folder: the algorithm, the base Config, the PBT settings, the seed and
     the chunks (everything a resume must keep, as `jaxrl.run.folder.claim` compares it), as JSON holds it."""
@@ -162,7 +178,7 @@ def folder_info(algo: str, config, pbt: PBTConfig, seed: int = 0, num_chunks: in
         "seeds": pbt.population,
         "seed": seed,
         "config": base.to_dict(config),
-        "pbt": {**dataclasses.asdict(pbt), "explore": dict(pbt.explore)},
+        "pbt": pbt_settings(pbt),
         "chunks": num_chunks,
     }
     return json.loads(json.dumps(info))
@@ -184,17 +200,26 @@ def write_metrics_csv(metrics, path: str | Path) -> Path:
     return path
 
 
-def ranking(lineage: Lineage) -> list[str]:
-    """The members ranked by the fitness of the last ready step, with the hyperparameters they continued with."""
-    fitness = np.asarray(lineage.fitness)
-    size = fitness.shape[1]
-    final = fitness[-1] if fitness.size else np.full(size, np.nan)
+def fitness_name(fitness: str) -> str:
+    """What a fitness (`PBTConfig.fitness`) measures, in words."""
+    return "evaluation return" if fitness == "eval" else FITNESS_METRIC.replace("_", " ")
+
+
+def ranking(lineage: Lineage, fitness: str = "return") -> list[str]:
+    """The members ranked by the fitness of the last ready step (`fitness`: what it is, `PBTConfig.fitness`),
+    with the hyperparameters they continued with."""
+    scores = np.asarray(lineage.fitness)
+    size = scores.shape[1]
+    final = scores[-1] if scores.size else np.full(size, np.nan)
     last = {n: np.asarray(v)[-1] for n, v in lineage.next_hyperparameters.items()}
     lines = [f"{'member':>6}  {'fitness':>9}  " + "  ".join(f"{n:>14}" for n in lineage.names)]
     for m in np.argsort(-np.nan_to_num(final, nan=-np.inf), kind="stable"):
         values = "  ".join(f"{_number(last[n][m]):>14.6g}" for n in lineage.names)
         lines.append(f"{m:>6}  {final[m]:>9.2f}  {values}")
-    return lines + ["ranked by the fitness of the last ready step; hyperparameters as each member continued from it"]
+    return lines + [
+        f"ranked by the fitness ({fitness_name(fitness)}) of the last ready step; hyperparameters as each member "
+        "continued from it"
+    ]
 
 
 def write_folder(
@@ -210,8 +235,8 @@ def write_folder(
     (out / "summary.json").write_text(json.dumps(timing, indent=2))
     write_metrics_csv(metrics, out / "metrics.csv")
     write_lineage_csv(lineage, out / "lineage.csv")
-    plot_lineage(lineage, out / "lineage.png")
-    return "\n".join([*ranking(lineage), *files_text(out, timing)])
+    plot_lineage(lineage, out / "lineage.png", pbt.fitness)
+    return "\n".join([*ranking(lineage, pbt.fitness), *files_text(out, timing)])
 
 
 def files_text(out: Path, timing: dict) -> list[str]:

@@ -19,6 +19,8 @@ from jaxrl.algos import base
 from jaxrl.sweep.space import leaf_dtype
 
 FITNESS_METRIC = "episode_return"
+EVAL_FITNESS_METRIC = "eval_return"
+FITNESS = ("return", "eval")  # PBTConfig.fitness: the window's mean episode return, or the evaluation return
 # TrainState fields a member keeps through an exploit: its own environment batch, the recurrent memory of that
 # batch (hidden states and episode starts of its own episodes) and its own key
 OWN_FIELDS = ("env", "env_state", "memory", "key")
@@ -47,6 +49,11 @@ class PBTConfig:
     perturbation. fitness_window: iterations of mean episode return a member's fitness averages (1 to ready;
     None: ready). keep_base: member 0 starts from the given Config's values (the others are drawn from the
     priors); False draws every member.
+    eval_every: every `eval_every` iterations (a divisor of ready; 0: never) each member plays `eval_episodes`
+    fresh episodes with its deterministic policy inside the program, on the run's evaluation key stream
+    (`eval_return`, `eval_length` and `eval_finished` among the metrics, NaN at the other iterations).
+    fitness: what ranks the members at a ready step: "return", the mean episode return over the last
+    `fitness_window` iterations, or "eval", the evaluation return of that iteration (needs eval_every).
     """
 
     population: int = 8
@@ -57,6 +64,9 @@ class PBTConfig:
     resample_probability: float = 0.25
     fitness_window: int | None = None
     keep_base: bool = True
+    eval_every: int = 0
+    eval_episodes: int = 16
+    fitness: str = "return"
 
     @property
     def window(self) -> int:
@@ -144,6 +154,28 @@ def validate(config, pbt: PBTConfig) -> dict[str, Prior]:
     window = pbt.window
     if not (isinstance(window, int) and 1 <= window <= pbt.ready):
         raise ValueError(f"PBTConfig.fitness_window: got {window!r}, must be 1 to ready = {pbt.ready}.")
+    if not (isinstance(pbt.eval_every, int) and not isinstance(pbt.eval_every, bool) and pbt.eval_every >= 0) or (
+        pbt.eval_every and pbt.ready % pbt.eval_every
+    ):
+        raise ValueError(
+            f"PBTConfig.eval_every: got {pbt.eval_every!r}, must divide ready = {pbt.ready} (evaluations fall on "
+            "every ready step), or 0 for no evaluation."
+        )
+    if pbt.eval_every and not (
+        isinstance(pbt.eval_episodes, int) and not isinstance(pbt.eval_episodes, bool) and pbt.eval_episodes >= 1
+    ):
+        raise ValueError(f"PBTConfig.eval_episodes: got {pbt.eval_episodes!r}, eval_every needs at least 1 episode.")
+    if pbt.fitness not in FITNESS:
+        raise ValueError(f"PBTConfig.fitness: got {pbt.fitness!r}, use one of {', '.join(map(repr, FITNESS))}.")
+    if pbt.fitness == "eval" and not pbt.eval_every:
+        raise ValueError(
+            "PBTConfig.fitness: 'eval' ranks members by their evaluation return, which needs eval_every > 0 "
+            f"(a divisor of ready = {pbt.ready}, e.g. eval_every = ready)."
+        )
+    if pbt.fitness == "eval" and pbt.fitness_window is not None:
+        raise ValueError(
+            "PBTConfig.fitness_window: averages training returns, which fitness 'eval' does not use; leave it None."
+        )
     factors = tuple(pbt.perturb_factors)
     if not factors or not all(isinstance(f, (int, float)) and np.isfinite(f) and f > 0 for f in factors):
         raise ValueError(f"PBTConfig.perturb_factors: got {pbt.perturb_factors!r}, need positive numbers.")
@@ -221,6 +253,17 @@ def fitness_of(returns: jax.Array, window: int) -> jax.Array:
     count = finite.sum(0)
     total = jnp.where(finite, recent, 0.0).sum(0)
     return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
+
+
+def block_fitness(metrics: Mapping[str, jax.Array], pbt: PBTConfig) -> jax.Array:
+    """[P] the fitness ranking the members at a ready step, from the metrics {name: [ready, P]} of the block it
+    ends: `fitness` "return", the mean `episode_return` over the last `fitness_window` iterations
+    (`fitness_of`); "eval", the `eval_return` of its last iteration (evaluated: eval_every divides ready)."""
+    if pbt.fitness == "eval":
+        return metrics[EVAL_FITNESS_METRIC][-1]
+    if FITNESS_METRIC not in metrics:
+        raise ValueError(f"PBT ranks members by the {FITNESS_METRIC!r} metric, which this algorithm lacks.")
+    return fitness_of(metrics[FITNESS_METRIC], pbt.window)
 
 
 def select_parents(rank: jax.Array, num_truncated: int, key: jax.Array, fire=True) -> tuple[jax.Array, jax.Array]:

@@ -2,12 +2,13 @@
 `jaxrl pbt`).
 
 The schedule of `make_pbt` is cut into `num_chunks` chunks of whole ready blocks (`run.compile.chunk_sizes`; the
-iterations past the last whole block end the last chunk). Between chunks the host shows the progress bar (the
-best and median fitness of the last ready step), and every `checkpoint_every` chunks, at the end and on Ctrl-C or
-SIGTERM (`run.signals`: at the next chunk boundary) saves the population's TrainStates and hyperparameters with
-every iteration's metrics and the lineage so far (`run.checkpoint`), then metrics.csv and lineage.csv. The run
-folder is claimed and locked as `jaxrl train`'s is (`run.folder`); its config.json holds everything a resume keeps,
-chunks included, so a resumed run compiles the same chunk programs and equals the uninterrupted one bit for bit.
+iterations past the last whole block end the last chunk). Between chunks the host shows the progress bar (the best
+and median fitness of the last ready step, and with evaluation its best evaluation return), and every
+`checkpoint_every` chunks, at the end and on Ctrl-C or SIGTERM (`run.signals`: at the next chunk boundary) saves
+the population's TrainStates and hyperparameters with every iteration's metrics and the lineage so far
+(`run.checkpoint`), then metrics.csv and lineage.csv. The run folder is claimed and locked as `jaxrl train`'s is
+(`run.folder`); its config.json holds everything a resume keeps, chunks included, so a resumed run compiles the
+same chunk programs and equals the uninterrupted one bit for bit.
 
 The members are sharded over `devices` (a 1-D mesh, as a sweep's rows; the population a multiple of the device
 count); exploit copies states across devices inside the program, and the ranks, parents and perturbations are
@@ -42,7 +43,7 @@ from jaxrl.pbt.lineage import Lineage
 from jaxrl.pbt.population import PBTConfig, validate
 from jaxrl.pbt.program import fire_schedule, make_chunk, make_start, step_keys
 from jaxrl.run import checkpoint, folder
-from jaxrl.run.compile import cache_events, cache_note, chunk_sizes
+from jaxrl.run.compile import cache_events, cache_note, chunk_sizes, eval_keys
 from jaxrl.run.loop import Interrupted
 from jaxrl.run.signals import DeferredStop, TermAsInterrupt, signum_of
 from jaxrl.sweep.devices import AXIS
@@ -115,6 +116,7 @@ def _lineage_metrics(parts: list[Lineage]) -> dict[str, np.ndarray]:
     whole = jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
     flat = {"iteration": whole.iteration, "fitness": whole.fitness, "rank": whole.rank}
     flat |= {"exploited": whole.exploited, "parent": whole.parent}
+    flat |= {} if whole.eval_return is None else {"eval_return": whole.eval_return}
     flat |= {f"hyperparameters.{n}": v for n, v in whole.hyperparameters.items()}
     flat |= {f"next_hyperparameters.{n}": v for n, v in whole.next_hyperparameters.items()}
     return {LINEAGE + k: np.asarray(v) for k, v in flat.items()}
@@ -124,18 +126,28 @@ def _lineage_from(metrics: dict[str, np.ndarray], names: list[str]) -> Lineage:
     get = lambda k: metrics[LINEAGE + k]  # noqa: E731
     hyper = {n: get(f"hyperparameters.{n}") for n in names}
     after = {n: get(f"next_hyperparameters.{n}") for n in names}
-    return Lineage(get("iteration"), get("fitness"), get("rank"), get("exploited"), get("parent"), hyper, after)
+    evaluated = get("eval_return") if LINEAGE + "eval_return" in metrics else None
+    return Lineage(
+        get("iteration"), get("fitness"), get("rank"), get("exploited"), get("parent"), hyper, after, evaluated
+    )
 
 
-def progress_text(part: Lineage | None) -> str:
-    """The progress bar's postfix: the best and median fitness of the last ready step."""
+def progress_text(part: Lineage | None, fitness: str = "return") -> str:
+    """The progress bar's postfix: the best and median fitness of the last ready step (`fitness` "eval": the
+    evaluation return), and with evaluation and the "return" fitness the best evaluation return then."""
     if part is None or not np.asarray(part.fitness).size:
         return "no ready step yet"
-    fitness = np.asarray(part.fitness)[-1]
-    finite = fitness[np.isfinite(fitness)]
+    values = np.asarray(part.fitness)[-1]
+    finite = values[np.isfinite(values)]
+    head = "eval " if fitness == "eval" else ""
     if not finite.size:
-        return "fitness: no episode ended"
-    return f"best {finite.max():.1f}, median {np.median(finite):.1f}"
+        return f"{head or 'fitness: '}no episode ended"
+    text = f"{head}best {finite.max():.1f}, median {np.median(finite):.1f}"
+    if fitness != "eval" and part.eval_return is not None:
+        evaluated = np.asarray(part.eval_return)[-1]
+        evaluated = evaluated[np.isfinite(evaluated)]
+        text += f"; eval best {evaluated.max():.1f}" if evaluated.size else "; eval: no episode ended"
+    return text
 
 
 def resume_settings(out: str | Path) -> tuple[str, Any, PBTConfig, int, int]:
@@ -237,6 +249,7 @@ class _Session:
         self.replicated = NamedSharding(mesh, P())
         self.seed, self.key = seed, jax.random.key(seed)
         self.keys, self.fire = step_keys(config, pbt, self.key), fire_schedule(config, pbt)
+        self.eval_keys = eval_keys(seed, pbt.population) if pbt.eval_every else None  # = program.eval_stream's
         self.options = DEVICE_INDEPENDENT_OPTIONS if device_independent else None
         self.metrics, self.parts, self.done, self.saved, self.compiled = [], [], 0, None, {}
 
@@ -276,7 +289,10 @@ class _Session:
     def _args(self, first: int, n: int):
         keys = self._place(self.keys[first : first + n], self.replicated)
         fire = self._place(self.fire[first : first + n], self.replicated)
-        return self.states, self.configs, keys, fire, self._place(np.int32(first), self.replicated)
+        first = self._place(np.int32(first), self.replicated)
+        if self.eval_keys is None:
+            return self.states, self.configs, keys, fire, first
+        return self.states, self.configs, keys, fire, first, self._place(self.eval_keys, self.members)
 
     def lineage(self) -> Lineage:
         return jax.tree.map(lambda *xs: np.concatenate(xs), *self.parts)
@@ -326,7 +342,7 @@ class _Session:
             disable=not progress,
             desc=f"{name} pbt {config.env} x{size}",
         )
-        bar.set_postfix_str(progress_text(self.parts[-1] if self.parts else None))
+        bar.set_postfix_str(progress_text(self.parts[-1] if self.parts else None, self.pbt.fitness))
         stop, begin = DeferredStop(), time.perf_counter()
         try:
             stop.install()
@@ -338,7 +354,7 @@ class _Session:
                 self.log_to(board, self.metrics[-1], self.done, self.parts[-1])
                 self.done += n * self.pbt.ready + tail
                 bar.update((n * self.pbt.ready + tail) * steps * size)
-                bar.set_postfix_str(progress_text(self.parts[-1]))
+                bar.set_postfix_str(progress_text(self.parts[-1], self.pbt.fitness))
                 if (self.first_chunk + index + 1) % checkpoint_every == 0 or index == len(self.todo) - 1:
                     self.save()
                 stop.raise_if_requested()
@@ -362,7 +378,7 @@ class _Session:
                 timing = {"compile_s": round(self.compile_s, 3), "run_s": round(run_s, 3)}
                 timing |= {"best_member_eval": evaluation} if evaluation else {}
                 summary.write_text(json.dumps(timing, indent=2))
-                lineages.plot_lineage(lineage, self.out / "lineage.png")
+                lineages.plot_lineage(lineage, self.out / "lineage.png", self.pbt.fitness)
         return PopulationResult(
             self.states, self.configs, self.all_metrics(), lineage, self.compile_s, run_s, self.out,
             self.done - done_before, evaluation,
@@ -372,11 +388,15 @@ class _Session:
 def run_to_folder(out: str | Path, algo: str, config, pbt: PBTConfig, seed: int = 0, log=print, **options) -> str:
     """`jaxrl pbt`: `run` into the folder `out` (keywords of `run` in `options`); returns the printed summary:
     the members ranked by their final fitness, the seconds and the files."""
-    log(f"pbt {algo} on {config.env}: {pbt.population} members, exploit/explore every {pbt.ready} iterations")
+    evaluated = f", {pbt.eval_episodes} evaluation episodes every {pbt.eval_every}" if pbt.eval_every else ""
+    ranked = f"; fitness: {lineages.fitness_name(pbt.fitness)}"
+    log(f"pbt {algo} on {config.env}: {pbt.population} members, exploit/explore every {pbt.ready} iterations"
+        f"{evaluated}{ranked}")  # fmt: skip
     result = run(config, pbt, out, seed=seed, name=algo, log=log, **options)
     timing = {"compile_s": result.compile_s, "run_s": result.run_s}
     evaluated = [evaluation_text(result.evaluation)] if result.evaluation else []
-    return "\n".join([*lineages.ranking(result.lineage), *evaluated, *lineages.files_text(Path(out), timing)])
+    ranked = lineages.ranking(result.lineage, pbt.fitness)
+    return "\n".join([*ranked, *evaluated, *lineages.files_text(Path(out), timing)])
 
 
 def evaluate_folder(out: str | Path, episodes: int, seed: int) -> Iterator[str]:

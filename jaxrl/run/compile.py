@@ -120,18 +120,26 @@ def make_chunk(algo: Algorithm, config, length: int, eval_episodes: int = 0):
     def chunk_and_evaluate(state, eval_key, iteration):
         state, metrics = chunk(state)
         with parallel.suspended():  # every device plays the same evaluation episodes with its (equal) parameters
-            act, normalize = base.evaluation_policy(config, state, deterministic=True, algo=algo)
-            key = jax.random.fold_in(eval_key, iteration)
-            out = evaluate(config.env, act, key, eval_episodes, normalize=normalize)
-        finished = out["finished"] > 0
-        scores = {
-            "eval_return": jnp.where(finished, out["mean_return"], jnp.nan),
-            "eval_length": out["mean_length"],
-            "eval_finished": out["finished"] / eval_episodes,
-        }
+            scores = evaluation_scores(algo, config, state, eval_key, iteration, eval_episodes)
         return state, metrics, scores
 
     return chunk_and_evaluate
+
+
+def evaluation_scores(algo: Algorithm, config, state, eval_key, iteration, episodes: int, setup=None):
+    """{eval_return, eval_length, eval_finished} of `state`'s deterministic policy on `episodes` fresh episodes
+    keyed by `fold_in(eval_key, iteration)`: the mean return and length of the episodes that ended within the
+    env's time limit (`eval_return` NaN when none did) and the fraction that did. Traceable; `setup` as
+    `base.evaluation_policy` takes it."""
+    act, normalize = base.evaluation_policy(config, state, deterministic=True, setup=setup, algo=algo)
+    key = jax.random.fold_in(eval_key, iteration)
+    out = evaluate(config.env, act, key, episodes, normalize=normalize)
+    finished = out["finished"] > 0
+    return {
+        "eval_return": jnp.where(finished, out["mean_return"], jnp.nan),
+        "eval_length": out["mean_length"],
+        "eval_finished": out["finished"] / episodes,
+    }
 
 
 def make_chunk_program(algo: Algorithm, config, size: int, eval_episodes: int = 0, mesh: Mesh | None = None):
