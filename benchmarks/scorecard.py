@@ -14,7 +14,11 @@ An algorithm that does not apply to an environment's action space (its `validate
 
 Outputs: a table on stdout and in benchmarks/results/scorecard[_quick].md, the returns of every seed binned into at
 most 200 groups of iterations in benchmarks/results/scorecard[_quick].json (compact), and one learning-curve PNG per
-environment in benchmarks/results/scorecard[_quick]_<env>.png.
+environment in benchmarks/results/scorecard[_quick]_<env>.png. The aggregate metrics of the evaluation returns
+(IQM, median, mean, optimality gap with 95% stratified bootstrap intervals, and performance profiles) come from
+`jaxrl.report`, as `jaxrl report` computes them: a table in the .md (and on the docs' scorecard page, from the same
+function), the plots in scorecard[_quick]_aggregates.png and scorecard[_quick]_profiles.png. `--from-json` rewrites
+the .md and the PNGs from the .json alone, running nothing.
 
 The results files are rewritten after every row, and `--resume` keeps the rows already in them (same entry,
 env, budget at least as large), so an interrupted scorecard loses at most the row it was running.
@@ -28,6 +32,7 @@ Usage:
   python -m benchmarks.scorecard             # every cell at full budgets (MinAtar at 1e7 steps: a GPU job)
   python -m benchmarks.scorecard --algos ppo dqn --envs CartPole-v1 Acrobot-v1 --seeds 16
   python -m benchmarks.scorecard --envs Breakout-MinAtar --algos ppo pqn --budget-fraction 0.1 --resume
+  python -m benchmarks.scorecard --from-json # the .md and PNGs again, from benchmarks/results/scorecard.json
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import jax
 import numpy as np
 
 from benchmarks.common import binned_curve, env_steps, measure, write_json
-from jaxrl import presets
+from jaxrl import presets, report
 from jaxrl.algos import ALGORITHMS, base
 from jaxrl.algos.base import to_dict
 from jaxrl.plot import bin_iterations, bootstrap_interval
@@ -226,22 +231,80 @@ def plot_env(rows: list[dict], env: str, reference: float, out: Path) -> None:
     plt.close(fig)
 
 
+AGGREGATE_REPS = 2_000  # bootstrap resamples of every interval of the aggregate metrics
+AGGREGATE_SEED = 0
+
+
+def score_matrices(rows: list[dict]) -> tuple[dict[str, np.ndarray], dict[str, list[str]]]:
+    """Per entry, the normalised scores of its evaluation returns [seeds, tasks] over the envs it ran on, and
+    those envs (`jaxrl.report.score_matrices`: the random and reference returns of `jaxrl/reference_scores.toml`)."""
+    entries = [
+        report.Entry(r["algo"], r["env"], np.asarray(r["eval_per_seed"], float), Path(), False)
+        for r in sorted(rows, key=lambda r: ENTRIES.index(r["algo"]) if r["algo"] in ENTRIES else len(ENTRIES))
+        if r.get("eval_per_seed")
+    ]
+    return report.score_matrices(entries)
+
+
+def aggregates(rows: list[dict]):
+    """(matrices, tasks, results): the score matrices and every metric of `jaxrl.report.METRICS` with its interval."""
+    matrices, tasks = score_matrices(rows)
+    results = report.aggregates(matrices, AGGREGATE_REPS, AGGREGATE_SEED) if matrices else {}
+    return matrices, tasks, results
+
+
+def aggregate_section(rows: list[dict], images: str) -> str:
+    """The Markdown of the aggregate metrics (`jaxrl.report.aggregate_table`) with the links to their plots
+    `<images>_aggregates.png` and `<images>_profiles.png`; empty without evaluation returns."""
+    matrices, tasks, results = aggregates(rows)
+    if not matrices:
+        return ""
+    lines = [
+        "## Aggregate metrics",
+        "",
+        "Normalised evaluation scores, (return - random) / (reference - random) with the returns of "
+        "`jaxrl/reference_scores.toml`, computed by `jaxrl.report` as `jaxrl report` does: each algorithm over the "
+        f"tasks where it applies, one run per seed; 95% stratified bootstrap intervals, {AGGREGATE_REPS} resamples, "
+        f"seed {AGGREGATE_SEED}.",
+        "",
+        *report.aggregate_table(matrices, tasks, results),
+        "",
+        f"![aggregate metrics]({images}_aggregates.png)",
+        "",
+        f"![performance profiles]({images}_profiles.png)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def load_rows(path: Path) -> list[dict]:
     return json.loads(path.read_text())["rows"] if path.exists() else []
 
 
-def write_results(out: Path, rows: list[dict], meta: dict) -> None:
-    """Table (markdown), every row with its curves (JSON) and one PNG per environment; rewritten after each row."""
+def render_results(out: Path, rows: list[dict], meta: dict) -> None:
+    """The table and the aggregate metrics (markdown), one learning-curve PNG per environment and the aggregate
+    plots, from the rows alone."""
     references = {env: ENVIRONMENTS[env][1] for env in ENVIRONMENTS}
     rows = sorted(rows, key=lambda r: (list(ENVIRONMENTS).index(r["env"]), ENTRIES.index(r["algo"])))
     text = table(rows, references)
     summary = matrix(rows, references)
-    out.with_suffix(".md").write_text(f"{meta['date']}, {meta['machine']}, jax {meta['jax']}\n\n{summary}\n\n{text}\n")
-    write_json(out.with_suffix(".json"), {"meta": meta, "rows": rows})
+    section = aggregate_section(rows, out.name)
+    head = f"{meta['date']}, {meta['machine']}, jax {meta['jax']}"
+    out.with_suffix(".md").write_text(f"{head}\n\n{summary}\n\n{text}\n" + (f"\n{section}" if section else ""))
     for env in dict.fromkeys(r["env"] for r in rows):
         ran = [r for r in rows if r["env"] == env and "skipped" not in r]
         if ran:
             plot_env(ran, env, references[env], out.parent / f"{out.name}_{env}.png")
+    matrices, _, results = aggregates(rows)
+    if matrices:
+        pngs = [out.parent / f"{out.name}_{kind}.png" for kind in ("aggregates", "profiles")]
+        report.plot_aggregates(matrices, results, AGGREGATE_REPS, AGGREGATE_SEED, *pngs)
+
+
+def write_results(out: Path, rows: list[dict], meta: dict) -> None:
+    """Every row with its curves (JSON), then `render_results`; rewritten after each row."""
+    rows = sorted(rows, key=lambda r: (list(ENVIRONMENTS).index(r["env"]), ENTRIES.index(r["algo"])))
+    write_json(out.with_suffix(".json"), {"meta": meta, "rows": rows})
+    render_results(out, rows, meta)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -254,6 +317,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget-fraction", type=float, default=None, help="run at this fraction of the budgets")
     parser.add_argument("--resume", action="store_true", help="keep the rows already in the output files")
     parser.add_argument("--out", default=None, help="output prefix (default benchmarks/results/scorecard[_quick])")
+    parser.add_argument("--from-json", action="store_true", help="rewrite the .md and PNGs from the .json; run nothing")
     args = parser.parse_args(argv)
     if args.seeds < 1 or (args.budget_fraction is not None and not 0 < args.budget_fraction <= 1):
         parser.error("--seeds must be >= 1 and --budget-fraction in (0, 1]")
@@ -261,6 +325,13 @@ def main(argv: list[str] | None = None) -> None:
     env_ids = args.envs or (list(QUICK_ENVIRONMENTS) if args.quick else list(ENVIRONMENTS))
     out = Path(args.out or RESULTS / ("scorecard_quick" if args.quick else "scorecard"))
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.from_json:
+        if not out.with_suffix(".json").is_file():
+            parser.error(f"--from-json: {out.with_suffix('.json')} does not exist")
+        saved = json.loads(out.with_suffix(".json").read_text())
+        render_results(out, saved["rows"], saved["meta"])
+        print(f"wrote {out.with_suffix('.md')}, {out.name}_<env>.png and {out.name}_aggregates.png, _profiles.png")
+        return
     rows = load_rows(out.with_suffix(".json")) if args.resume else []
     references = {env: ENVIRONMENTS[env][1] for env in ENVIRONMENTS}
     meta = {

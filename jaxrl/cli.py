@@ -229,6 +229,8 @@ RENDER_FLAGS = [
     ("--stochastic", dict(action="store_true", help="sample actions (default: the deterministic policy)")),
     ("--seed", dict(type=int, default=12345, help="seed of the episodes' keys (default 12345)")),
     ("--fps", dict(type=int, default=20, help="frames per second of the animation (default 20)")),
+    ("--max-steps", dict(type=int, default=None, help="steps drawn of each episode at most (default: the env's time"
+        " limit; Brax and MuJoCo Playground: 200)")),
 ]
 REPORT_FLAGS = [
     ("paths", dict(nargs="+", metavar="RUN_OR_SWEEP", help="run folders and sweep folders (or their results.csv)")),

@@ -5,9 +5,11 @@ The latest checkpoint of one seed of a run folder is restored (read only), its e
 the run's environment from reset to their end on evaluation keys (`--seed`, disjoint from training's), and each
 step is drawn by the environment's own renderer: gymnax's (`gymnax.visualize.Visualizer`: classic control and
 MinAtar), or a suite's (`renderer` of its adapter in `jaxrl.envs.suites`: Navix, Craftax, XLand-MiniGrid,
-Jumanji). The env is stepped without its auto-reset, so the last frame of an episode is its terminal state.
-Frames carry the step, the reward and the return so far; the contact sheet is `SHEET_FRAMES` evenly spaced
-frames in one PNG.
+Jumanji, each state as it is reached; `episode_renderer`: Brax and MuJoCo Playground, the episode's states at its
+end, through MuJoCo's OpenGL renderer, which draws off screen with `MUJOCO_GL=egl` or `osmesa`). The env is
+stepped without its auto-reset, so the last frame of an episode is its terminal state. Frames carry the step, the
+reward and the return so far; the contact sheet is `SHEET_FRAMES` evenly spaced frames in one PNG. An episode is
+drawn for at most `max_steps` steps (default: the env's time limit; Brax and Playground: `MUJOCO_STEP_CAP`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import jax
@@ -35,8 +38,12 @@ RENDERABLE = (
     "Freeway-MinAtar",
     "SpaceInvaders-MinAtar",
 )
-SUITES = ("navix", "craftax", "xminigrid", "jumanji")  # suites whose adapters draw through the suite's renderer
+# suites whose adapters draw through the suite's renderer; the MuJoCo ones through MuJoCo's OpenGL renderer
+SUITES = ("navix", "craftax", "xminigrid", "jumanji", "brax", "playground")
+MUJOCO_SUITES = ("brax", "playground")
 SUITE_STEP_CAP = 10_000  # the longest suite episode played when the suite sets no time limit
+MUJOCO_STEP_CAP = 200  # the longest Brax or Playground episode drawn by default (their limits are ~1000 steps)
+MUJOCO_FRAME = (240, 360)  # height, width of a Brax or Playground frame (MuJoCo's renderer)
 SHEET_FRAMES = 8
 CAPTION_WIDTH = 360  # suite frames narrower than this are enlarged (nearest neighbour) to fit their caption
 OFFSCREEN = {"SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy", "PYGAME_HIDE_SUPPORT_PROMPT": "1"}
@@ -54,9 +61,30 @@ def check_renderable(env_id: str) -> None:
         return
     from jaxrl.envs import suites
 
-    if env_id.partition(":")[0] not in SUITES:
+    prefix = env_id.partition(":")[0]
+    if prefix not in SUITES:
         raise _no_renderer(env_id)
     suites.check_id(env_id)
+    if prefix in MUJOCO_SUITES:
+        check_mujoco_gl(env_id)
+
+
+def check_mujoco_gl(env_id: str) -> None:
+    """Raises a one-line ValueError naming the fix when MuJoCo's OpenGL renderer cannot start (no display and no
+    off-screen backend chosen, or the chosen one missing)."""
+    backend = os.environ.get("MUJOCO_GL") or "unset"
+    try:
+        with warnings.catch_warnings():  # GLFW warns of the missing display before failing
+            warnings.simplefilter("ignore")
+            import mujoco
+
+            mujoco.Renderer(mujoco.MjModel.from_xml_string("<mujoco/>"), 8, 8).close()
+    except Exception as error:  # mujoco.FatalError, or an OpenGL library that fails to load
+        reason = " ".join(str(error).split())[:160] or type(error).__name__
+        raise ValueError(
+            f"{env_id}: MuJoCo's renderer cannot start (MUJOCO_GL={backend}: {reason}); set MUJOCO_GL=egl (or "
+            "MUJOCO_GL=osmesa) to draw off screen, e.g. MUJOCO_GL=egl jaxrl render RUN."
+        ) from error
 
 
 def _gymnax_env(env_id: str):
@@ -108,10 +136,12 @@ def play_arrays(env_id: str, act, key: jax.Array, normalize=None):
     return state, states, rewards, was_done
 
 
-def unstack(first, states, rewards, was_done) -> tuple[list, np.ndarray]:
-    """The host side of `play_arrays`: the states up to the episode's end ([T + 1]) and its rewards [T]."""
+def unstack(first, states, rewards, was_done, max_steps: int | None = None) -> tuple[list, np.ndarray]:
+    """The host side of `play_arrays`: the states up to the episode's end, or its first `max_steps` steps
+    ([T + 1]), and its rewards [T]."""
     done = np.asarray(was_done)
     length = int(np.argmax(done)) if done.any() else len(done)
+    length = length if max_steps is None else min(length, max_steps)
     sequence = [first] + [jax.tree.map(lambda x, t=t: x[t], states) for t in range(length)]
     return sequence, np.asarray(rewards[:length], np.float64)
 
@@ -169,19 +199,28 @@ def caption(image: np.ndarray, title: str, line: str) -> np.ndarray:
 def suite_player(env_id: str, act, normalize=None):
     """`episode(key, max_steps=None, progress=False) -> (frames, rewards)`: one episode of the suite env `env_id`
     (`suite:Name`) with `act(obs [1, ...], key) -> action [1, ...]` (or a `RecurrentAct`), drawn by the suite's
-    renderer step by step: the captioned frames from reset to the terminal or truncated state ([T + 1]) and the
-    rewards [T]. An episode stops after `max_steps` steps (default: the env's time limit, or `SUITE_STEP_CAP`).
-    The env, the renderer and the step are built once, for every episode."""
+    renderer (step by step, or for Brax and Playground the whole episode at its end): the captioned frames from
+    reset to the terminal or truncated state ([T + 1]) and the rewards [T]. An episode stops after `max_steps`
+    steps (default `episode.max_steps`: the env's time limit, or `SUITE_STEP_CAP`; for Brax and Playground at
+    most `MUJOCO_STEP_CAP`); `episode.time_limit` is the env's own. The env, the renderer and the step are
+    built once, for every episode."""
     from tqdm.auto import tqdm
 
     from jaxrl.envs import suites
 
     check_renderable(env_id)
+    prefix = env_id.partition(":")[0]
     env = suites.make(env_id, 1)
-    draw_state = suites.adapter(env_id.partition(":")[0]).renderer(env.suite_env)
+    adapter = suites.adapter(prefix)
+    if prefix in MUJOCO_SUITES:  # the episode's states kept (on the host) and drawn at its end by one renderer
+        draw_states = adapter.episode_renderer(env.suite_env)
+        draw_state = None
+    else:
+        draw_state = adapter.renderer(env.suite_env)
     spec = env.spec
     normalize = normalize or (lambda obs: obs)
     time_limit = env.params.max_steps_in_episode or SUITE_STEP_CAP
+    default_steps = min(time_limit, MUJOCO_STEP_CAP) if prefix in MUJOCO_SUITES else time_limit
     reset = jax.jit(env.reset_fn)
 
     @jax.jit
@@ -200,19 +239,26 @@ def suite_player(env_id: str, act, normalize=None):
         reset_key, run_key = jax.random.split(key)
         obs, state = reset(reset_key)
         memory = act.initial(1) if isinstance(act, RecurrentAct) else None
-        rewards, ret = [], 0.0
-        frames = [caption(draw_state(state), env_id, "step 0  reward +0.00  return 0.00")]
-        keys = jax.random.split(run_key, max_steps or time_limit)
+        rewards, ret, lines, kept = [], 0.0, ["step 0  reward +0.00  return 0.00"], []
+
+        def keep(state):  # a picture now, or (Brax, Playground) the state, drawn at the end
+            kept.append(jax.device_get(state) if draw_state is None else draw_state(state))
+
+        keep(state)
+        keys = jax.random.split(run_key, max_steps or default_steps)
         for t, step_key in enumerate(tqdm(keys, desc="steps", disable=not progress, leave=False)):
             obs, state, memory, reward, ended = step(obs, state, memory, jnp.bool_(t == 0), step_key)
             rewards.append(float(reward))
             ret += rewards[-1]
-            line = f"step {t + 1}  reward {rewards[-1]:+.2f}  return {ret:.2f}"
-            frames.append(caption(draw_state(state), env_id, line))
+            lines.append(f"step {t + 1}  reward {rewards[-1]:+.2f}  return {ret:.2f}")
+            keep(state)
             if bool(ended):
                 break
+        pictures = kept if draw_state is not None else draw_states(kept, *MUJOCO_FRAME)
+        frames = [caption(p, env_id, line) for p, line in zip(pictures, lines, strict=True)]
         return frames, np.asarray(rewards, np.float64)
 
+    episode.max_steps, episode.time_limit = default_steps, time_limit
     return episode
 
 
@@ -263,14 +309,19 @@ def render_run(
     key_seed: int = 12345,
     fps: int = 20,
     progress: bool = False,
+    max_steps: int | None = None,
 ) -> list[str]:
     """`jaxrl render RUN --out FILE`: plays `episodes` episodes of the run's seed `seed_index` (keys from
-    `key_seed`) and writes the animation `out` and its contact sheet `<out stem>.png`. Returns the report lines."""
+    `key_seed`), each drawn for at most `max_steps` steps (default: the env's time limit; Brax and Playground:
+    `MUJOCO_STEP_CAP`), and writes the animation `out` and its contact sheet `<out stem>.png`. Returns the report
+    lines."""
     from jaxrl.algos import base
     from jaxrl.run.evaluate import restore_latest
 
     if episodes < 1:
         raise ValueError(f"--episodes {episodes}: need at least one episode.")
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"--max-steps {max_steps}: need at least one step.")
     out = Path(out)
     if out.suffix.lower() not in (".gif", ".mp4"):
         raise ValueError(f"--out {out}: write a .gif or an .mp4.")
@@ -285,16 +336,20 @@ def render_run(
     progress = progress and sys.stderr.isatty()
     if ":" in config.env:  # built and compiled once, for every episode
         suite_episode = suite_player(config.env, act, normalize)
+        cap, time_limit = max_steps or suite_episode.max_steps, suite_episode.time_limit
     else:
         episode = jax.jit(lambda key: play_arrays(config.env, act, key, normalize))
+        time_limit = int(_gymnax_env(config.env)[1].max_steps_in_episode)
+        cap = max_steps or time_limit
     for e, key in enumerate(jax.random.split(jax.random.key(key_seed), episodes)):
         if ":" in config.env:
-            drawn, rewards = suite_episode(key, progress=progress)
+            drawn, rewards = suite_episode(key, max_steps=cap, progress=progress)
             frames += drawn
         else:
-            sequence, rewards = unstack(*episode(key))
+            sequence, rewards = unstack(*episode(key), max_steps=cap)
             frames += draw(config.env, sequence, rewards, progress)
-        lines.append(f"episode {e}: {len(rewards)} steps, return {rewards.sum():.2f}")
+        stopped = f" (drawn up to --max-steps {cap})" if len(rewards) == cap < time_limit else ""
+        lines.append(f"episode {e}: {len(rewards)} steps{stopped}, return {rewards.sum():.2f}")
     animation = write_animation(frames, out, fps)
     sheet = write_sheet(frames, out.with_suffix(".png"))
     lines += [f"animation         {animation}  ({len(frames)} frames)", f"contact sheet     {sheet}"]

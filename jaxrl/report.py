@@ -107,6 +107,27 @@ def aggregates(matrices: dict[str, np.ndarray], reps: int, seed: int) -> dict[st
     return {name: scores.stratified_bootstrap_ci(matrices, fn, reps=reps, seed=seed) for name, fn in METRICS.items()}
 
 
+def aggregate_table(matrices: dict[str, np.ndarray], tasks: dict[str, list[str]], results: dict) -> list[str]:
+    """Markdown lines: per label, its tasks, its runs and every metric of METRICS with its interval (`results`:
+    what `aggregates` returns)."""
+    lines = ["| label | tasks | runs | " + " | ".join(METRICS) + " |", "|---" * (3 + len(METRICS)) + "|"]
+    for label, matrix in matrices.items():
+        cells = [_interval(float(results[m][0][label]), results[m][1][label]) for m in METRICS]
+        lines.append(f"| {label} | {', '.join(tasks[label])} | {matrix.shape[0]} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def plot_aggregates(
+    matrices: dict[str, np.ndarray], results: dict, reps: int, seed: int, aggregates_png: Path, profiles_png: Path
+) -> list[Path]:
+    """Two PNGs: every metric's points and intervals per label (`results`: what `aggregates` returns), and the
+    performance profiles with their 95% bands."""
+    return [
+        _plot_intervals(results, Path(aggregates_png), "normalised scores: point and 95% interval"),
+        _plot_profiles(matrices, reps, seed, Path(profiles_png)),
+    ]
+
+
 def improvements(matrices: dict[str, np.ndarray], tasks: dict[str, list[str]], reps: int, seed: int):
     """(points, intervals) of P(X > Y) for every pair of labels (in their order; P(Y > X) = 1 - P(X > Y)), on the
     tasks they share."""
@@ -153,13 +174,14 @@ def _plot_profiles(matrices: dict[str, np.ndarray], reps: int, seed: int, out: P
     points, bands = scores.stratified_bootstrap_ci(matrices, profile, reps=reps, seed=seed)
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     for i, label in enumerate(matrices):
-        ax.plot(TAUS, points[label], label=label, color=f"C{i % 10}")
+        style = ("-", "--", ":", "-.")[i // 10 % 4]  # ten colours, then the next line style
+        ax.plot(TAUS, points[label], label=label, color=f"C{i % 10}", linestyle=style)
         ax.fill_between(TAUS, bands[label][0], bands[label][1], alpha=0.2, color=f"C{i % 10}", linewidth=0)
     ax.set_xlabel("normalised score tau")
     ax.set_ylabel("fraction of runs with score > tau")
     ax.set_title("performance profiles, 95% stratified bootstrap bands", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, ncol=1 + len(matrices) // 8)
     return save_figure(fig, out)
 
 
@@ -192,12 +214,8 @@ def write_report(paths: Sequence[str | Path], out: str | Path, reps: int = 2_000
         results = aggregates(matrices, reps, seed)
         lines += ["", "## Aggregate metrics of normalised scores", ""]
         lines += [f"95% stratified bootstrap intervals, {reps} resamples, seed {seed}.", ""]
-        lines += ["| label | tasks | runs | " + " | ".join(METRICS) + " |", "|---" * (3 + len(METRICS)) + "|"]
-        for label, matrix in matrices.items():
-            cells = [_interval(float(results[m][0][label]), results[m][1][label]) for m in METRICS]
-            lines.append(f"| {label} | {', '.join(tasks[label])} | {matrix.shape[0]} | " + " | ".join(cells) + " |")
-        _plot_intervals(results, out / "aggregates.png", "normalised scores: point and 95% interval")
-        _plot_profiles(matrices, reps, seed, out / "profiles.png")
+        lines += aggregate_table(matrices, tasks, results)
+        plot_aggregates(matrices, results, reps, seed, out / "aggregates.png", out / "profiles.png")
         lines += ["", "![aggregate metrics](aggregates.png)", "", "![performance profiles](profiles.png)"]
         points, cis = improvements(matrices, tasks, reps, seed)
         if points:

@@ -145,6 +145,11 @@ def scorecard() -> str:
         ],
     )
     plots = "".join(image(f"scorecard_{e}.png", f"scorecard {e}") for e in envs)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.scorecard import aggregate_section  # the benchmark's own section, through jaxrl.report
+
+    aggregates = aggregate_section(rows, "img/scorecard")
     return (
         "# Scorecard\n\n"
         "Every algorithm on the five classic-control tasks where its action space applies, 8 seeds in one "
@@ -155,6 +160,7 @@ def scorecard() -> str:
         + "\n"
         + scorecard_matrix()
         + notes("scorecard")
+        + (f"\n{aggregates}" if aggregates else "")
         + "\n## Every cell\n\n"
         + detail
         + "\n## Learning curves\n\n"

@@ -1,5 +1,7 @@
+import ctypes.util
 import os
 import signal
+import sys
 
 # Test processes (and the CLI subprocesses they start) compile with LLVM at -O1 instead of XLA's default -O2: about
 # half the compile seconds, and compiling is most of what the suite does. The numbers differ from the default's in
@@ -7,6 +9,11 @@ import signal
 FAST_COMPILE = "--xla_backend_optimization_level=1"
 if FAST_COMPILE not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
+
+# MuJoCo (Brax, Playground) draws off screen through EGL where its library is present: the render tests need no
+# display. Read when mujoco is first imported, so set here, before any test module imports it.
+if "MUJOCO_GL" not in os.environ and sys.platform == "linux" and ctypes.util.find_library("EGL"):
+    os.environ["MUJOCO_GL"] = "egl"
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

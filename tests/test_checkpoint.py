@@ -155,3 +155,14 @@ def test_sigint_to_cli_saves_a_loadable_checkpoint_and_complete_csv(tmp_path):
     rows = csv_rows(run_dir)
     assert len(rows) == saved and rows[-1]["iteration"] == str(saved - 1)
     assert cli_config.num_iterations == 4000
+
+
+def test_zero_size_arrays_are_restored_empty(tmp_path):
+    # MJX's physics state (Brax's mjx backend, MuJoCo Playground) holds arrays without elements: orbax cannot save
+    # them, so they are left out and rebuilt from the abstract state
+    state = {"q": jnp.arange(3.0), "act": jnp.zeros((0,)), "none": None, "key": jax.random.key(1)}
+    checkpoint.save(tmp_path, 2, state, {"episode_return": np.ones((1, 2))}, {"a": 1})
+    iteration, restored, _ = checkpoint.restore(tmp_path, jax.eval_shape(lambda: state), {"a": 1})
+    assert iteration == 2 and restored["none"] is None
+    assert restored["act"].shape == (0,) and restored["act"].dtype == jnp.float32
+    assert_trees_close(restored, state)

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from jaxrl import render
+from jaxrl.envs import suites
 
 
 def uniform(n):
@@ -46,24 +47,28 @@ def test_gif_and_contact_sheet(tmp_path):
             render.write_animation(frames, tmp_path / "a.mp4", fps=10)
 
 
-def constant(action):
-    return lambda obs, key: jax.numpy.full((obs.shape[0],), action)
+def constant(action, size=None):
+    shape = () if size is None else (size,)  # a discrete action, or a box action of `size` entries
+    return lambda obs, key: jax.numpy.full((obs.shape[0], *shape), action)
 
 
 # each action changes the picture every step: a turn (Navix, XLand-MiniGrid), a move (Jumanji's snake always moves;
-# Craftax's player moves left or turns to face left)
-SUITE_EPISODES = [
-    ("navix:Navix-Empty-5x5-v0", 1),
-    ("xminigrid:MiniGrid-Empty-6x6", 1),
-    ("jumanji:Snake-v1", 0),
-    pytest.param("craftax:Craftax-Classic-Symbolic-v1", 1, marks=pytest.mark.slow),  # compiling Craftax: ~50 s
+# Craftax's player moves left or turns to face left; Brax's and Playground's carts are pushed)
+SUITE_EPISODES = [  # (id, action, size of a box action or None for a discrete one)
+    ("navix:Navix-Empty-5x5-v0", 1, None),
+    ("xminigrid:MiniGrid-Empty-6x6", 1, None),
+    ("jumanji:Snake-v1", 0, None),
+    pytest.param("craftax:Craftax-Classic-Symbolic-v1", 1, None, marks=pytest.mark.slow),  # compiling: ~50 s
+    # MuJoCo's renderer, after compiling the physics step: 10-15 s
+    pytest.param("brax:inverted_pendulum", 0.2, 1, marks=pytest.mark.slow),
+    pytest.param("playground:CartpoleBalance", 1.0, 1, marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize("env_id, action", SUITE_EPISODES)
-def test_a_suite_env_is_drawn_by_its_own_renderer(env_id, action):
-    pytest.importorskip(env_id.partition(":")[0])
-    frames, rewards = render.suite_player(env_id, constant(action))(jax.random.key(0), max_steps=3)
+@pytest.mark.parametrize("env_id, action, size", SUITE_EPISODES)
+def test_a_suite_env_is_drawn_by_its_own_renderer(env_id, action, size):
+    pytest.importorskip(suites.SUITES[env_id.partition(":")[0]].package)
+    frames, rewards = render.suite_player(env_id, constant(action, size))(jax.random.key(0), max_steps=3)
     assert len(frames) == 4 and rewards.shape == (3,)  # the reset state and one frame per step
     assert all(f.dtype == np.uint8 and f.ndim == 3 and f.shape == frames[0].shape for f in frames)
     assert frames[0].shape[-1] == 3 and frames[0].shape[1] >= render.CAPTION_WIDTH
@@ -72,7 +77,7 @@ def test_a_suite_env_is_drawn_by_its_own_renderer(env_id, action):
     assert pictures[0].std() > 0  # not a blank frame
 
 
-@pytest.mark.parametrize("env_id", ["brax:inverted_pendulum", "playground:CartpoleBalance", "MyEnv-v0"])
+@pytest.mark.parametrize("env_id", ["DeepSea-bsuite", "MyEnv-v0"])
 def test_an_env_without_a_renderer_is_one_line(env_id):
     with pytest.raises(ValueError, match="no renderer; jaxrl render draws CartPole-v1.* navix:, craftax:") as e:
         render.check_renderable(env_id)
@@ -87,13 +92,38 @@ def test_cli_refuses_an_env_without_a_renderer_in_one_line(tmp_path, monkeypatch
     from jaxrl import cli
     from jaxrl.run import evaluate
 
+    config = SimpleNamespace(env="DeepSea-bsuite")
+    monkeypatch.setattr(evaluate, "restore_latest", lambda run_dir: ({"algo": "ppo"}, None, config, 1, None))
+    status = cli.main(["render", str(tmp_path), "--out", str(tmp_path / "episode.gif")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("jaxrl: error: DeepSea-bsuite: no renderer"), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "episode.gif").exists()
+
+
+def test_mujoco_suites_refuse_in_one_line_when_their_renderer_cannot_start(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("brax")
+    mujoco = pytest.importorskip("mujoco")
+    from types import SimpleNamespace
+
+    from jaxrl import cli
+    from jaxrl.run import evaluate
+
+    render.check_renderable("brax:inverted_pendulum")  # MuJoCo draws here (conftest: MUJOCO_GL=egl)
+
+    def no_gl(*args, **kwargs):
+        raise mujoco.FatalError("an OpenGL platform library has not been loaded into this process")
+
+    monkeypatch.setattr(mujoco, "Renderer", no_gl)
+    with pytest.raises(ValueError, match="MuJoCo's renderer cannot start .*set MUJOCO_GL=egl .*osmesa") as e:
+        render.check_renderable("brax:inverted_pendulum")
+    assert "\n" not in str(e.value)
     config = SimpleNamespace(env="brax:inverted_pendulum")
     monkeypatch.setattr(evaluate, "restore_latest", lambda run_dir: ({"algo": "ppo"}, None, config, 1, None))
     status = cli.main(["render", str(tmp_path), "--out", str(tmp_path / "episode.gif")])
     err = capsys.readouterr().err
-    assert status == 2 and err.startswith("jaxrl: error: brax:inverted_pendulum: no renderer"), err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert not (tmp_path / "episode.gif").exists()
+    assert status == 2 and err.startswith("jaxrl: error: brax:inverted_pendulum: MuJoCo's renderer"), err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "episode.gif").exists()
 
 
 def _hashes(folder):
@@ -124,3 +154,32 @@ def test_cli_renders_and_evaluates_a_trained_run_and_only_reads_it(tmp_path):
     assert modes == ["deterministic", "stochastic"] and _hashes(run) == before
     bad = subprocess.run([*command[:5], "--out", str(tmp_path / "x.avi")], capture_output=True, text=True, timeout=900)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id", ["brax:inverted_pendulum", "playground:CartpoleBalance"])
+def test_cli_renders_a_mujoco_suite_run_through_its_renderer_and_only_reads_it(tmp_path, env_id):
+    # compiling PPO on the physics, then the render's step: ~60 s (Brax), ~90 s (Playground)
+    pytest.importorskip(suites.SUITES[env_id.partition(":")[0]].package)
+    run = tmp_path / "run"
+    train = [sys.executable, "-m", "jaxrl.cli", "train", "ppo", "--env", env_id, "--total-timesteps", "64"]
+    train += ["--num-envs", "2", "--num-steps", "16", "--update-epochs", "1", "--num-minibatches", "1"]
+    train += ["--no-progress", "--compile-cache", "none", "--run-dir", str(run)]
+    subprocess.run(train, check=True, capture_output=True, timeout=900)
+    before = _hashes(run)
+    out = tmp_path / "episode.gif"
+    command = [sys.executable, "-m", "jaxrl.cli", "render", str(run), "--out", str(out), "--max-steps", "12"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("episode ")]
+    steps = int(line.split()[2])
+    assert 1 <= steps <= 12 and (steps < 12 or "drawn up to --max-steps 12" in line), line
+    with Image.open(out) as image:
+        assert image.n_frames == steps + 1  # the reset state and one frame per step
+        frames = []
+        for t in range(image.n_frames):
+            image.seek(t)
+            frames.append(np.asarray(image.convert("RGB"))[40:])  # below the caption
+    assert frames[0].shape[1] == render.MUJOCO_FRAME[1] and frames[0].std() > 0
+    assert not np.array_equal(frames[0], frames[-1])  # the physics moved
+    assert out.with_suffix(".png").is_file() and _hashes(run) == before

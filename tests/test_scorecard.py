@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from benchmarks import scorecard
+from benchmarks.common import write_json
 
 
 def fake_run(calls):
@@ -75,6 +76,31 @@ def test_resume_keeps_finished_rows_and_reruns_shorter_ones(tmp_path, monkeypatc
     assert "| algorithm | CartPole-v1 (500) |" in text  # the summary matrix: entries x environments
     assert "| ppo | train 501.0 (yes) / eval 503.0 (yes) |" in text
     assert "| dqn | train 495.0 (-5.0) / eval 497.0 (-3.0) at 0.1 budget |" in text
+
+
+def test_the_results_are_rendered_again_from_the_json_through_jaxrl_report(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(scorecard, "run_one", fake_run(calls))
+    monkeypatch.setattr(scorecard, "plot_env", lambda *args: None)
+    cells = [("ppo", "CartPole-v1"), ("dqn", "CartPole-v1"), ("ppo", "Pendulum-v1"), ("ddpg", "Pendulum-v1")]
+    rows = [scorecard.run_one(a, e, scorecard.budget_for(a, e), 8) for a, e in cells]
+    rows.append({"algo": "ddpg", "env": "CartPole-v1", "skipped": "discrete actions"})
+    out = tmp_path / "s"
+    write_json(out.with_suffix(".json"), {"meta": {"date": "2026-01-01", "machine": "x", "jax": "0"}, "rows": rows})
+    saved = out.with_suffix(".json").read_bytes()
+    calls.clear()
+    scorecard.main(["--from-json", "--out", str(out)])
+    assert calls == [] and out.with_suffix(".json").read_bytes() == saved  # nothing ran, the source is as it was
+    text = out.with_suffix(".md").read_text()
+    section = scorecard.aggregate_section(rows, "s")  # what the docs' scorecard page shows (scripts/docs.py)
+    assert section and text.endswith(section) and "![performance profiles](s_profiles.png)" in section
+    matrices, tasks = scorecard.score_matrices(rows)
+    assert tasks == {"ppo": ["CartPole-v1", "Pendulum-v1"], "dqn": ["CartPole-v1"], "ddpg": ["Pendulum-v1"]}
+    # dqn evaluates at 497 on CartPole: (497 - 22.12) / (500 - 22.12), random and reference of reference_scores.toml
+    assert "| dqn | CartPole-v1 | 8 | 0.994 [0.994, 0.994] |" in text
+    assert (tmp_path / "s_aggregates.png").stat().st_size > 0 and (tmp_path / "s_profiles.png").stat().st_size > 0
+    with pytest.raises(SystemExit):
+        scorecard.main(["--from-json", "--out", str(tmp_path / "missing")])
 
 
 def test_inapplicable_rows_are_listed_not_run(tmp_path, monkeypatch):

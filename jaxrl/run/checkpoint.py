@@ -18,6 +18,7 @@ import gc
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxrl.run import hosts
@@ -50,6 +52,21 @@ def rewrap_keys(tree, like):
         return jax.random.wrap_key_data(x, impl=ref.dtype._impl) if _is_key(ref) else x
 
     return jax.tree.map(rewrap, tree, like)
+
+
+def without_empty(tree):
+    """Zero-size arrays (MJX's physics state has some) as None: orbax refuses to save an array without elements,
+    and they hold nothing to save."""
+    return jax.tree.map(lambda x: None if math.prod(x.shape) == 0 else x, tree)
+
+
+def with_empty(tree, like):
+    """`tree` with the zero-size arrays of `like` (arrays or eval_shape) back where `without_empty` left None."""
+
+    def fill(x, ref):
+        return jnp.zeros(ref.shape, ref.dtype) if x is None and ref is not None else x
+
+    return jax.tree.map(fill, tree, like, is_leaf=lambda x: x is None)
 
 
 CHECKSUMS = "checksums.json"
@@ -231,6 +248,7 @@ def save(
     saved = unwrap_keys(state)
     if devices > 1:
         saved = hosts.to_host(saved)
+    saved = without_empty(saved)
     _check_space(directory, saved, payload)
     try:
         with _quiet(), _manager(directory) as manager:
@@ -294,9 +312,11 @@ def restore(
                 target = abstract
                 abstract = jax.eval_shape(unwrap_keys, like_for(saved_devices))
                 abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract)
-            restored = manager.restore(iteration, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+            reading = ocp.args.StandardRestore(without_empty(abstract))
+            restored = manager.restore(iteration, args=ocp.args.Composite(state=reading))["state"]
+            restored = with_empty(restored, abstract)
             if saved_devices != devices:
-                restored = {"state": _relayout(restored["state"], saved_devices, target, devices, step_dir)}
+                restored = _relayout(restored, saved_devices, target, devices, step_dir)
     except CheckpointError:
         raise
     except Exception as error:  # orbax raises many types for truncated or corrupt files
@@ -307,7 +327,7 @@ def restore(
             f"checkpoint {step_dir} cannot be restored: {first_line}{hint}; delete that checkpoint folder to "
             "restore the one before it, if any."
         ) from error
-    state = rewrap_keys(restored["state"], like_state)
+    state = rewrap_keys(restored, like_state)
     metrics = {k: np.asarray(values, dtype) for k, (dtype, values) in meta["metrics"].items()}
     if passed_over:
         note(

@@ -10,12 +10,15 @@
   for inverted_pendulum), [-1, 1] elsewhere; `envs.make` clips to the bounds (ClipAction).
 - Keywords: `episode_length` (default 1000, as `brax.envs.create`), `action_repeat` (1), and the environment's
   constructor keywords (e.g. `backend="generalized"`, Brax's default for most environments).
+- Rendering: `episode_renderer` draws an episode's pipeline states with Brax's MuJoCo renderer (`env.render`,
+  `brax.io.image.render_array`), off screen where MuJoCo's OpenGL backend allows it (`MUJOCO_GL=egl` or `osmesa`).
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from brax import envs as brax_envs
 from brax.envs.wrappers.training import EpisodeWrapper
 
@@ -70,3 +73,14 @@ def make(name: str, num_envs: int, episode_length: int = 1000, action_repeat: in
         lambda **kw: brax_envs.get_environment(name, **kw), episode_length, action_repeat, **kwargs
     )
     return adapter(f"{PREFIX}:{name}", env, bounds, num_envs, episode_length, action_repeat)
+
+
+def episode_renderer(env):
+    """`draw(states, height, width) -> [[H, W, 3] uint8]`: one env's states of an episode (this adapter's, Brax
+    `State`s on the host) drawn by Brax's MuJoCo renderer on their pipeline states, one renderer for them all."""
+    brax_env = env.unwrapped
+
+    def draw(states, height: int, width: int):
+        return [np.asarray(f) for f in brax_env.render([s.pipeline_state for s in states], height, width)]
+
+    return draw

@@ -11,10 +11,17 @@
 - Keywords: `impl` (the MJX implementation; default "jax", which runs on any backend: Playground's own default
   for some environments is "warp", which needs a GPU), `episode_length` and `action_repeat` (default: the
   environment's config), and any other field of the environment's config (`config_overrides`).
+- Rendering: `episode_renderer` draws an episode's states with the environment's own `render` (MuJoCo's
+  renderer on each state's `data`), off screen where MuJoCo's OpenGL backend allows it (`MUJOCO_GL=egl` or
+  `osmesa`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+
+import numpy as np
 from mujoco_playground import registry
 
 from jaxrl.envs.suites import brax as brax_adapter
@@ -38,3 +45,16 @@ def make(name: str, num_envs: int, impl: str = "jax", **overrides):
 
     env, bounds = brax_adapter.episode_env(load, episode_length, action_repeat)
     return brax_adapter.adapter(f"{PREFIX}:{name}", env, bounds, num_envs, episode_length, action_repeat)
+
+
+def episode_renderer(env):
+    """`draw(states, height, width) -> [[H, W, 3] uint8]`: one env's states of an episode (this adapter's,
+    Playground `State`s on the host) drawn by the environment's `render`, one renderer for them all."""
+    playground_env = env.unwrapped
+
+    def draw(states, height: int, width: int):
+        with contextlib.redirect_stderr(io.StringIO()):  # Playground's render shows a progress bar of its own
+            frames = playground_env.render(list(states), height, width)
+        return [np.asarray(f) for f in frames]
+
+    return draw
