@@ -1,7 +1,9 @@
 import ctypes.util
 import os
+import shutil
 import signal
 import sys
+import tempfile
 
 # Test processes (and the CLI subprocesses they start) compile with LLVM at -O1 instead of XLA's default -O2: about
 # half the compile seconds, and compiling is most of what the suite does. The numbers differ from the default's in
@@ -15,8 +17,27 @@ if FAST_COMPILE not in os.environ.get("XLA_FLAGS", ""):
 if "MUJOCO_GL" not in os.environ and sys.platform == "linux" and ctypes.util.find_library("EGL"):
     os.environ["MUJOCO_GL"] = "egl"
 
+# One persistent compilation cache for the whole session, shared by the pytest-xdist workers (in-process training)
+# and by the CLI subprocesses tests start (through JAXRL_COMPILE_CACHE, the default of --compile-cache): the suite
+# compiles the same small programs many times over, in several processes. The first process to compile a program
+# stores it; later ones load it. Only a test that passes `--compile-cache none` compiles for itself.
+CACHE_ENV = "JAXRL_COMPILE_CACHE"
+_MADE_CACHE = CACHE_ENV not in os.environ  # the controlling process makes the folder; its workers inherit the variable
+if _MADE_CACHE:
+    os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="jaxrl-test-xla-")
+COMPILE_CACHE = os.environ[CACHE_ENV]
+
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+
+from jaxrl.run.compile import enable_compilation_cache  # noqa: E402
+
+enable_compilation_cache(COMPILE_CACHE)
+
+
+def pytest_unconfigure(config):
+    if _MADE_CACHE and not hasattr(config, "workerinput"):
+        shutil.rmtree(COMPILE_CACHE, ignore_errors=True)
 
 
 def default_sigint():

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close, default_sigint
+from conftest import COMPILE_CACHE, assert_trees_close, default_sigint
 from jaxrl import sweep
 from jaxrl.algos import ppo
 
@@ -125,8 +125,8 @@ def wait_all(procs, timeout_s):
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("xla_cache")
+def cache():
+    return COMPILE_CACHE  # the session's (conftest): the processes load what another test compiled
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ def test_episodes_longer_than_max_steps_are_not_counted():
 def test_eval_command_on_a_run_folder(tmp_path, capsys):
     run_dir = tmp_path / "run"
     argv = "train ppo --num-envs 4 --num-steps 16 --total-timesteps 256 --update-epochs 1 --num-minibatches 2"
-    assert cli.main([*argv.split(), "--no-progress", "--compile-cache", "none", "--run-dir", str(run_dir)]) == 0
+    assert cli.main([*argv.split(), "--no-progress", "--run-dir", str(run_dir)]) == 0
     capsys.readouterr()
     assert cli.main(["eval", str(run_dir), "--episodes", "4"]) == 0
     out = capsys.readouterr().out

@@ -39,7 +39,7 @@ from jaxrl.sweep import summary
 
 TINY = (
     "--num-envs 4 --num-steps 16 --total-timesteps 384 --update-epochs 1 --num-minibatches 2 --hidden-sizes 16,16"
-    " --chunks 3 --checkpoint-every 1 --no-progress --compile-cache none"
+    " --chunks 3 --checkpoint-every 1 --no-progress"
 )
 CONFIG = ppo.Config(
     num_envs=4, num_steps=16, total_timesteps=384, update_epochs=1, num_minibatches=2, hidden_sizes=(16, 16)
@@ -57,8 +57,6 @@ def snapshot(folder: Path) -> dict[str, str]:
 
 def call(argv: list[str], capsys) -> tuple[int, str, str]:
     """`jaxrl ARGV` in this process: (exit code, stdout, stderr); argparse's exits count as exit codes."""
-    if argv[0] in ("train", "sweep") and "--compile-cache" not in argv:
-        argv = [*argv, "--compile-cache", "none"]  # keep the persistent cache out of the test process
     try:
         code = cli.main(argv)
     except SystemExit as stop:
@@ -559,7 +557,7 @@ def test_ctrl_c_during_compilation(tmp_path, run_copy, monkeypatch, capsys):
 
 def test_debug_shows_the_traceback(tmp_path, capsys):
     with pytest.raises(ValueError, match="checkpoint_every"):
-        cli.main(["train", "ppo", "--checkpoint-every", "0", "--debug", "--compile-cache", "none"])
+        cli.main(["train", "ppo", "--checkpoint-every", "0", "--debug"])
     with pytest.raises(ValueError, match="no such run folder"):
         cli.main(["eval", str(tmp_path / "missing"), "--debug"])
 
@@ -998,7 +996,7 @@ def test_a_real_full_disk_at_the_second_checkpoint(finished, tmp_path):
     )
     done = subprocess.run(["unshare", "-rm", "sh", "-c", shell], capture_output=True, text=True, timeout=600)
     _assert_full_disk_at_the_second_checkpoint(done.returncode, (tmp_path / "err").read_text(), kept, run)
-    resumed = _jaxrl(["train", "ppo", "--resume", str(kept), "--no-progress", "--compile-cache", "none"])
+    resumed = _jaxrl(["train", "ppo", "--resume", str(kept), "--no-progress"])
     assert resumed.returncode == 0 and resumed.stderr == "", resumed.stderr
     assert _rows(kept) == _rows(finished)
 

@@ -364,8 +364,7 @@ CLI = """
 import sys
 from jaxrl import cli
 code = cli.main(["train", "ppo", "--devices", "2", "--cpu-cores", "2", "--num-envs", "8", "--num-steps", "16",
-                 "--total-timesteps", "512", "--hidden-sizes", "16,16", "--no-progress", "--run-dir", sys.argv[1],
-                 "--compile-cache", "none"])
+                 "--total-timesteps", "512", "--hidden-sizes", "16,16", "--no-progress", "--run-dir", sys.argv[1]])
 assert code == 0
 import jax
 assert len(jax.devices()) == 2

@@ -444,7 +444,7 @@ def test_cli_trains_a_population_and_refuses_a_bad_prior_in_one_line(tmp_path):
     import sys
 
     def jaxrl(*flags):
-        command = [sys.executable, "-m", "jaxrl.cli", "pbt", "ppo", *TINY.split(), "--compile-cache", "none"]
+        command = [sys.executable, "-m", "jaxrl.cli", "pbt", "ppo", *TINY.split()]
         return subprocess.run([*command, *flags], capture_output=True, text=True, timeout=900)
 
     out = tmp_path / "population"

@@ -307,7 +307,7 @@ def test_the_cli_preset_flag_gives_the_data_files_config():
 def test_jaxrl_train_with_a_preset_runs_and_records_its_config(tmp_path, capsys):
     run = tmp_path / "run"
     tiny = "--num-envs 4 --num-steps 16 --total-timesteps 128 --update-epochs 1 --num-minibatches 2"
-    flags = f"{tiny} --hidden-sizes 16,16 --chunks 1 --no-progress --compile-cache none --run-dir {run}"
+    flags = f"{tiny} --hidden-sizes 16,16 --chunks 1 --no-progress --run-dir {run}"
     assert cli.main(["train", "ppo", "--env", "MountainCarContinuous-v0", "--preset", *flags.split()]) == 0
     config = json.loads((run / "config.json").read_text())["config"]
     assert config["normalize_observations"] is True  # the preset

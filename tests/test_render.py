@@ -134,7 +134,7 @@ def _hashes(folder):
 def test_cli_renders_and_evaluates_a_trained_run_and_only_reads_it(tmp_path):
     run = tmp_path / "run"
     train = [sys.executable, "-m", "jaxrl.cli", "train", "ppo", "--total-timesteps", "4096", "--num-envs", "4"]
-    train += ["--num-steps", "16", "--no-progress", "--compile-cache", "none", "--run-dir", str(run)]
+    train += ["--num-steps", "16", "--no-progress", "--run-dir", str(run)]
     subprocess.run(train, check=True, capture_output=True, timeout=900)
     before = _hashes(run)
     out = tmp_path / "episode.gif"

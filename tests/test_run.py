@@ -126,7 +126,7 @@ def test_bad_eval_settings_raise():
 def test_cli_trains_and_writes_a_run_folder(tmp_path, capsys):
     argv = (
         "train ppo --num-envs 4 --num-steps 16 --total-timesteps 4.48e2 --update-epochs 1 --num-minibatches 2"
-        " --no-anneal-lr --hidden-sizes 32,32 --seeds 2 --no-progress --target-return 20 --compile-cache none"
+        " --no-anneal-lr --hidden-sizes 32,32 --seeds 2 --no-progress --target-return 20"
         " --eval-every 2 --eval-episodes 3"
     )
     code = cli.main([*argv.split(), "--run-dir", str(tmp_path / "run")])

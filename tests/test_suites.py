@@ -505,8 +505,8 @@ def test_cli_env_module_registers_for_train(corridor_module, tmp_path):
 
     flags = "--num-envs 4 --num-steps 8 --total-timesteps 64 --num-minibatches 2 --update-epochs 1 --no-progress"
     argv = ["train", "ppo", "--env", "mine:Corridor-v0", *flags.split(), "--run-dir", str(tmp_path / "run")]
-    assert cli.main(["--env-module", corridor_module, *argv, "--compile-cache", "none"]) == 0
+    assert cli.main(["--env-module", corridor_module, *argv]) == 0
     assert (tmp_path / "run" / "config.json").exists()
     envs._REGISTERED.pop("mine:Corridor-v0", None)
     sys.modules.pop(corridor_module, None)
-    assert cli.main([*argv[:-1], str(tmp_path / "run2"), "--compile-cache", "none"]) == 2
+    assert cli.main([*argv[:-1], str(tmp_path / "run2")]) == 2
