@@ -13,9 +13,10 @@ import pytest
 from jaxrl.algos import ALGORITHMS
 from jaxrl.run.report import stability
 
-# 10x where it fits in CI's time; the costlier learners at 3x (benchmarks/stability.py runs all of them at 10x)
-DEFAULT_SCALE = 10
-SCALE = {"trpo": 3, "vmpo": 3, "grpo": 3, "dpo": 3, "sac": 3, "td3": 3, "ddpg": 3}
+# 3x in CI; 10x for DQN (where a collapse was measured) and IMPALA (one of its seeds is still settling at 3x: 11% below
+# its best there, within 1% at 10x); benchmarks/stability.py runs every algorithm at 10x over 4 seeds
+DEFAULT_SCALE = 3
+SCALE = {"dqn": 10, "impala": 10}
 SEEDS = 2
 TOLERANCE = 0.05  # of the learned range, on the seed-mean curve
 SEED_TOLERANCE = 0.10  # for any one seed (one seed's Pendulum curve alone is noisier)
