@@ -47,17 +47,10 @@ class Config(grouped.GroupConfig):
     pairs: str = static("best_worst", "preference pairs per group: best_worst (one) or all (every ranked pair)")
     reference: str = static("moving", "reference policy: behaviour (stored log-probs), initial or moving")
     ref_update_interval: int = static(10, "iterations between refreshes of a moving reference")
-    total_timesteps: int = static(500_000, "environment steps of the whole run (all members, masked steps too)")
     update_epochs: int = static(8, "full-batch gradient steps on each iteration's pairs")
-    hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the policy MLP")
-    activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
-    optimizer: str = static("adam", "optimiser after global-norm clipping: adam, rmsprop or radam")
-    anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
     learning_rate: float = hyper(3e-3, "learning rate")
     beta: float = hyper(0.2, "DPO temperature: the scale of the implicit reward beta log pi / pi_ref")
     margin: float = hyper(0.0, "a pair needs R_w - R_l > margin (ties never make a pair)")
-    ent_coef: float = hyper(0.0, "entropy bonus coefficient")
-    max_grad_norm: float = hyper(0.5, "global gradient-norm clipping threshold")
 
     @property
     def updates_per_iteration(self) -> int:

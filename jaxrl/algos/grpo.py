@@ -55,7 +55,6 @@ KL_REFERENCES = ("none", "initial", "moving")
 @struct.dataclass
 class Config(grouped.GroupConfig):
     supervision: str = static("outcome", "outcome: normalised episode returns; process: normalised step rewards")
-    total_timesteps: int = static(500_000, "environment steps of the whole run (all members, masked steps too)")
     update_epochs: int = static(4, "passes over each iteration's data")
     num_minibatches: int = static(8, "minibatches per pass over the fresh data; must divide M * G * horizon")
     replay_ratio: int = static(0, "replayed group batches per fresh one (0: on-policy GRPO)")
@@ -63,18 +62,12 @@ class Config(grouped.GroupConfig):
     behaviour_lag: int = static(0, "iterations the acting parameters lag the learner's (0: act with the learner's)")
     kl_reference: str = static("none", "KL penalty reference: none, initial (policy) or moving")
     ref_update_interval: int = static(10, "iterations between moves of a moving reference")
-    hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the policy MLP")
-    activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
-    optimizer: str = static("adam", "optimiser after global-norm clipping: adam, rmsprop or radam")
-    anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
     learning_rate: float = hyper(1e-2, "learning rate")
     clip_eps: float = hyper(0.2, "surrogate clipping epsilon")
-    ent_coef: float = hyper(0.0, "entropy bonus coefficient")
     kl_coef: float = hyper(0.04, "coefficient of the k3 KL penalty (used unless kl_reference is none)")
     ref_tau: float = hyper(1.0, "step of a moving reference toward the current policy (1: a snapshot)")
     advantage_eps: float = hyper(1e-8, "epsilon added to the group std when normalising")
     rho_bar: float = hyper(1.0, "truncation of the importance weight pi_prox / mu on replayed data")
-    max_grad_norm: float = hyper(0.5, "global gradient-norm clipping threshold")
 
     @property
     def minibatches_per_epoch(self) -> int:
