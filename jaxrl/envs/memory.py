@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from jaxrl.envs.registry import register_builtin
 
-MEMORY_LENGTHS = (10, 20, 40, 80)
+MEMORY_LENGTHS = (10, 20, 30, 40, 80, 100)
 
 
 def memory_chain(memory_length: int):
