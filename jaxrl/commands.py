@@ -258,14 +258,9 @@ def pbt_command(args) -> int:
 
 
 def render_command(args) -> int:
-    import ctypes.util
-    import os
+    from jaxrl.render import prefer_offscreen_gl, render_run
 
-    # MuJoCo (Brax, Playground) reads MUJOCO_GL when first imported: without a display, draw off screen via EGL
-    headless = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-    if headless and sys.platform == "linux" and "MUJOCO_GL" not in os.environ and ctypes.util.find_library("EGL"):
-        os.environ["MUJOCO_GL"] = "egl"
-    from jaxrl.render import render_run
+    prefer_offscreen_gl()  # before anything imports MuJoCo
 
     for line in render_run(args.run_dir, args.out, args.seed_index, args.episodes, not args.stochastic, args.seed,
                            args.fps, progress=True, max_steps=args.max_steps):  # fmt: skip

@@ -69,6 +69,17 @@ def check_renderable(env_id: str) -> None:
         check_mujoco_gl(env_id)
 
 
+def prefer_offscreen_gl() -> None:
+    """Sets MUJOCO_GL=egl on a Linux machine without a display where libEGL is present and MUJOCO_GL is unset, so
+    that MuJoCo (Brax, Playground) draws off screen. MuJoCo reads the variable when first imported: call this
+    before."""
+    import ctypes.util
+
+    headless = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    if headless and sys.platform == "linux" and "MUJOCO_GL" not in os.environ and ctypes.util.find_library("EGL"):
+        os.environ["MUJOCO_GL"] = "egl"
+
+
 def check_mujoco_gl(env_id: str) -> None:
     """Raises a one-line ValueError naming the fix when MuJoCo's OpenGL renderer cannot start (no display and no
     off-screen backend chosen, or the chosen one missing)."""

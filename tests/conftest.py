@@ -1,8 +1,6 @@
-import ctypes.util
 import os
 import shutil
 import signal
-import sys
 import tempfile
 
 # Test processes (and the CLI subprocesses they start) compile with LLVM at -O1 instead of XLA's default -O2: about
@@ -11,11 +9,6 @@ import tempfile
 FAST_COMPILE = "--xla_backend_optimization_level=1"
 if FAST_COMPILE not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
-
-# MuJoCo (Brax, Playground) draws off screen through EGL where its library is present: the render tests need no
-# display. Read when mujoco is first imported, so set here, before any test module imports it.
-if "MUJOCO_GL" not in os.environ and sys.platform == "linux" and ctypes.util.find_library("EGL"):
-    os.environ["MUJOCO_GL"] = "egl"
 
 # One persistent compilation cache for the whole session, shared by the pytest-xdist workers (in-process training)
 # and by the CLI subprocesses tests start (through JAXRL_COMPILE_CACHE, the default of --compile-cache): the suite
@@ -30,9 +23,13 @@ COMPILE_CACHE = os.environ[CACHE_ENV]
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from jaxrl.render import prefer_offscreen_gl  # noqa: E402
 from jaxrl.run.compile import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache(COMPILE_CACHE)
+# MuJoCo (Brax, Playground) draws off screen where it can (`jaxrl render` does the same): set before any test module
+# imports mujoco
+prefer_offscreen_gl()
 
 
 def pytest_unconfigure(config):
