@@ -1,5 +1,5 @@
-"""What the command line needs to know of each algorithm without importing it (and JAX with it): the first line
-of its module docstring and, per Config field, the flag's kind, the default as shown and the help. `jaxrl train
+"""What the command line needs to know of each algorithm without importing it (and JAX with it): what it is, in a
+phrase from its module docstring, and per Config field, the flag's kind, the default as shown and the help. `jaxrl train
 ppo --help`, a mistyped algorithm or a bad flag value answer from here at once; the algorithms are imported only
 to train. The description is data, `catalog.json` beside this file; `python -m jaxrl.catalog` regenerates it from
 the algorithms, and a test checks that it still matches them."""
@@ -21,8 +21,15 @@ def kind_of(default) -> str:
     return "str"
 
 
+def summary(docstring: str | None) -> str:
+    """What an algorithm is, in a phrase: its docstring's first paragraph, joined, up to the first " (" (the
+    citation and the details stay in the docstring and the docs)."""
+    paragraph = " ".join((docstring or "").strip().split("\n\n")[0].split())
+    return paragraph.split(" (")[0].rstrip(".:,")
+
+
 def build() -> dict[str, dict]:
-    """{algorithm: {"doc": first docstring line, "fields": [[name, kind, default as text, help], ...]}} of every
+    """{algorithm: {"doc": `summary` of its docstring, "fields": [[name, kind, default as text, help], ...]}} of every
     registered algorithm, read from the modules themselves (imports them, and JAX)."""
     import dataclasses
 
@@ -30,7 +37,7 @@ def build() -> dict[str, dict]:
 
     return {
         name: {
-            "doc": (module.__doc__ or "").strip().splitlines()[0],
+            "doc": summary(module.__doc__),
             "fields": [
                 [f.name, kind_of(f.default), str(f.default), f.metadata.get("help", "")]
                 for f in dataclasses.fields(module.Config)

@@ -492,6 +492,41 @@ def pbt() -> str:
     )
 
 
+def _memory_length(env: str) -> int:
+    return int(env.rsplit("-L", 1)[1]) if "-L" in env else 5
+
+
+def memory() -> str:
+    data = load("memory_cores")
+    order = ["gru", "lstm", "lru", "gtrxl", "none"]
+    rows = sorted(data["rows"], key=lambda r: (_memory_length(r["env"]), order.index(r["core"])))
+    body = table(
+        rows,
+        [
+            ("memory length", lambda r: _memory_length(r["env"])),
+            ("core", lambda r: "MLP (none)" if r["core"] == "none" else r["core"]),
+            ("rollout steps", lambda r: r["num_steps"]),
+            ("env steps x seeds", lambda r: f"{steps(r['steps'])} x {r['seeds']}"),
+            ("greedy return per seed", lambda r: ", ".join(f"{v:.2f}" for v in r["greedy_return_per_seed"])),
+            ("mean", lambda r: f"{r['greedy_return_mean']:.2f}"),
+            ("compile s", lambda r: num(r["compile_s"])),
+            ("run s", lambda r: num(r["run_s"])),
+            ("1-min load", lambda r: num(r["load_average_1min"])),
+            ("date", lambda r: r["date"]),
+        ],
+    )
+    return (
+        "# Memory cores\n\nPPO with each memory core (`core=`) on bsuite's memory chain "
+        "(`MemoryChain-bsuite-L<n>`): a context bit is shown at the first step only and must be reported after "
+        "n more steps, so the greedy return is 1 for a policy that remembers and 0 in expectation for one "
+        "that does not. Each row trains the `MemoryChain-bsuite` PPO preset (64 core units) on 4 seeds vmapped in "
+        "one program, then plays the greedy policy on 64 fresh episodes per seed "
+        "(`python -m benchmarks.memory_cores`). Seconds are comparable only between rows at a similar load. "
+        "Which core to pick: [Algorithms](../algorithms/index.md).\n\n" + machine(data) + "\n" + body
+        + notes("memory")
+    )
+
+
 def index() -> str:
     return (
         "# Results\n\nEvery figure here is rendered by `scripts/docs.py` from the JSON that a script in "
@@ -511,6 +546,8 @@ def index() -> str:
         "`benchmarks.throughput`, `benchmarks.sweep_throughput`, `benchmarks.scaling`, `benchmarks.torsos`, "
         "`benchmarks.suites` |\n"
         "| [Peers](peers.md) | against rejax and PyTorch | `benchmarks.peers` |\n"
+        "| [Memory cores](memory.md) | each memory core against the MLP on memory chains of length 5 to 80 | "
+        "`benchmarks.memory_cores` |\n"
         "| [PBT](pbt.md) | population-based training against random search and the defaults | "
         "`benchmarks.pbt_vs_search` |\n" + notes("index")
     )
@@ -525,6 +562,7 @@ GENERATED = {
     "defaults.md": defaults,
     "throughput.md": throughput,
     "peers.md": peers,
+    "memory.md": memory,
     "pbt.md": pbt,
 }
 

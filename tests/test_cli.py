@@ -156,6 +156,19 @@ def test_the_catalog_matches_the_algorithms():
     ]  # fmt: skip
 
 
+def test_an_algorithm_is_summed_up_in_a_whole_phrase():
+    """`jaxrl train --help` lists each algorithm as a phrase that ends where its citation begins, never a docstring
+    line cut where it wrapped ("... with Importance")."""
+    from jaxrl import catalog
+
+    wrapped = 'Twin Delayed DDPG (Fujimoto 2018, "Addressing Function\nApproximation Error"): see\n\nDetails.'
+    assert catalog.summary(wrapped) == "Twin Delayed DDPG"
+    assert catalog.summary("REINFORCE: the Monte Carlo policy\ngradient.\n\nMore.") == (
+        "REINFORCE: the Monte Carlo policy gradient"
+    )
+    assert catalog.CATALOG["impala"]["doc"] == "V-trace actor-critic"
+
+
 @pytest.mark.parametrize("command", ["train", "sweep"])
 def test_help_shows_each_default_once(command, capsys):
     """A flag's help names its default once: either its own text says it or "(default: X)" is appended, never
