@@ -503,21 +503,19 @@ def memory() -> str:
     body = table(
         rows,
         [
-            ("memory length", lambda r: _memory_length(r["env"])),
-            ("core", lambda r: "MLP (none)" if r["core"] == "none" else r["core"]),
-            ("rollout steps", lambda r: r["num_steps"]),
-            ("env steps x seeds", lambda r: f"{steps(r['steps'])} x {r['seeds']}"),
-            ("greedy return per seed", lambda r: ", ".join(f"{v:.2f}" for v in r["greedy_return_per_seed"])),
-            ("mean", lambda r: f"{r['greedy_return_mean']:.2f}"),
+            ("length", lambda r: _memory_length(r["env"])),
+            ("core", lambda r: "MLP" if r["core"] == "none" else r["core"]),
+            ("rollout", lambda r: r["num_steps"]),
+            ("steps x seeds", lambda r: f"{steps(r['steps'])} x {r['seeds']}"),
+            ("greedy return per seed", lambda r: " ".join(f"{v:.2f}" for v in r["greedy_return_per_seed"])),
             ("compile s", lambda r: num(r["compile_s"])),
             ("run s", lambda r: num(r["run_s"])),
-            ("1-min load", lambda r: num(r["load_average_1min"])),
-            ("date", lambda r: r["date"]),
+            ("load, date", lambda r: f"{num(r['load_average_1min'])}, {r['date'][5:]}"),
         ],
     )
     return (
         "# Memory cores\n\nPPO with each memory core (`core=`) on bsuite's memory chain "
-        "(`MemoryChain-bsuite-L<n>`): a context bit is shown at the first step only and must be reported after "
+        "(`MemoryChain-bsuite-L<n>`, memory length n): a context bit is shown at the first step only and must be reported after "
         "n more steps, so the greedy return is 1 for a policy that remembers and 0 in expectation for one "
         "that does not. Each row trains the `MemoryChain-bsuite` PPO preset (64 core units) on 4 seeds vmapped in "
         "one program, then plays the greedy policy on 64 fresh episodes per seed "
