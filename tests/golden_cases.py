@@ -70,6 +70,7 @@ DQN_BEFORE_2026_12 = dict(
 # case name -> (algorithm, Config overrides). Small configs: a few iterations each, gradient steps included.
 CASES: dict[str, tuple[str, dict]] = {
     "ppo": ("ppo", dict(num_envs=4, num_steps=16, total_timesteps=192, num_minibatches=2)),
+    "ppo_gru": ("ppo", dict(num_envs=4, num_steps=16, total_timesteps=192, num_minibatches=2, core="gru", core_size=8)),
     "ppo_pendulum_obsnorm": (
         "ppo",
         dict(
@@ -206,6 +207,22 @@ CASES: dict[str, tuple[str, dict]] = {
             batch_size=16,
             updates_per_iteration=2,
             prioritized=True,
+        ),
+    ),
+    "dqn_gru": (  # recurrent replay (R2D2): stored hidden states, a burn-in prefix
+        "dqn",
+        dict(
+            num_envs=4,
+            num_steps=4,
+            total_timesteps=256,
+            learning_starts=64,
+            buffer_size=128,
+            batch_size=8,
+            updates_per_iteration=2,
+            core="gru",
+            core_size=16,
+            sequence_length=8,
+            burn_in=4,
         ),
     ),
     "pqn": ("pqn", dict(num_envs=4, num_steps=8, total_timesteps=128, num_minibatches=2)),
