@@ -215,7 +215,8 @@ PBT_FLAGS = [
     ("--no-progress", dict(action="store_true", help="hide the progress bar")),
     QUIET_FLAG,
     ("--devices", dict(type=_number, default=None, help="shard the members over the first N local devices (default:"
-        " all; the population a multiple of N)")),
+        " all; the population a multiple of N); over several processes, always every process's devices (each"
+        " process trains its share of the members; process 0 writes --out)")),
     *PROCESS_FLAGS,
     ("--cpu-cores", dict(type=int, default=None, help="XLA CPU devices of this process (default: one per core it may"
         " use; one per process of a multi-process run)")),

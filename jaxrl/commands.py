@@ -227,14 +227,17 @@ def _pbt_settings(args, module):
 
 
 def pbt_command(args) -> int:
-    """`jaxrl pbt ALGO ...` (or `--resume DIR`): one population in compiled chunks with checkpoints; writes its
-    folder to --out."""
+    """`jaxrl pbt ALGO ...` (or `--resume DIR`): one population in compiled chunks with checkpoints, over the
+    devices of one or several processes; process 0 writes its folder to --out and prints the summary."""
     from jaxrl import pbt
     from jaxrl.algos import ALGORITHMS
     from jaxrl.run import checkpoint, folder, loop
 
     module = ALGORITHMS[args.algo]
     start_jax(args, "pbt")
+    import jax
+
+    lead = jax.process_index() == 0
     out = args.resume or args.out
     try:
         config, settings, seed, chunks = _pbt_settings(args, module)
@@ -243,10 +246,12 @@ def pbt_command(args) -> int:
         options |= dict(progress=not (args.no_progress or args.quiet), devices=args.devices)
         episodes = args.eval_episodes if args.eval_episodes is not None else settings.eval_episodes
         options |= dict(tensorboard=args.tensorboard, eval_episodes=episodes)
-        log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
-        print(pbt.run_to_folder(out, args.algo, config, settings, seed, log=log, **options))
+        log = (lambda s: None) if args.quiet or not lead else (lambda s: print(s, flush=True))
+        text = pbt.run_to_folder(out, args.algo, config, settings, seed, log=log, **options)
+        print(text if lead else f"process {jax.process_index()}: done")
     except loop.Interrupted as stop:
-        print(f"jaxrl: {stop.explain(args.algo, bool(args.resume), command='pbt')}", file=sys.stderr)
+        if lead:
+            print(f"jaxrl: {stop.explain(args.algo, bool(args.resume), command='pbt')}", file=sys.stderr)
         return stop.exit_status
     except (TypeError, ValueError, checkpoint.CheckpointError) as error:
         text = one_line(error)

@@ -223,12 +223,13 @@ def cli(*args: str, timeout_s: int = TIMEOUT_S) -> str:
     return done.stdout
 
 
-def train_processes(*flags: str):
-    """`command(i, out, port, cache)` for `launch`: process i of `jaxrl train ... FLAGS` over 2 processes."""
+def train_processes(*flags: str, own=lambda i: []):
+    """`command(i, out, port, cache)` for `launch`: process i of `jaxrl train ... FLAGS` (or another command's
+    FLAGS) over 2 processes; `own(i)`: the flags of process i alone."""
 
     def command(i, out, port, cache):
         multi = ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)]
-        return [sys.executable, "-m", "jaxrl.cli", *flags, "--compile-cache", str(cache), *multi]
+        return [sys.executable, "-m", "jaxrl.cli", *flags, *own(i), "--compile-cache", str(cache), *multi]
 
     return command
 
@@ -340,3 +341,75 @@ def test_ctrl_c_in_one_process_stops_both_at_a_chunk_boundary(tmp_path, cache):
     done = checkpoint.latest_iteration(run_dir / "checkpoints")
     assert done is not None and 0 < done < 1000
     assert len(metric_rows(run_dir)) == 2 * done  # the checkpoint holds what the metrics show, on both seeds
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ONE population over 2 processes: `jaxrl pbt --coordinator ...`
+# ---------------------------------------------------------------------------------------------------------------
+
+# 4 members of a tiny PPO for 6 iterations, exploit/explore after iterations 2 and 4 (the last ready step, after
+# iteration 6, does not fire), in 3 chunks of one ready block each
+PBT = (
+    "pbt ppo --num-envs 4 --num-steps 16 --total-timesteps 384 --update-epochs 1 --num-minibatches 2 "
+    "--hidden-sizes 16,16 --population 4 --ready 2 --explore learning_rate=loguniform:1e-4:1e-2 "
+    "--resample-probability 0.5 --chunks 3 --eval-episodes 2 --no-progress"
+).split()
+
+
+def population_checkpoint(out):
+    """(iteration, {"states", "hyper"}, metrics) of the latest checkpoint of a population's folder."""
+    from jaxrl import pbt
+    from jaxrl.run import checkpoint
+    from jaxrl.run.folder import read_run_folder
+
+    _, config, settings, seed, _ = pbt.runner.resume_settings(out)
+    like = pbt.runner.checkpoint_like(config, settings, seed)
+    return checkpoint.restore(out / "checkpoints", like, read_run_folder(out))
+
+
+def assert_same_population(got, want):
+    """Two population folders hold the same run bit for bit: lineage.csv, metrics.csv, the best member's
+    evaluation, and the latest checkpoint (TrainStates, keys included, hyperparameters, every iteration's metrics
+    and the lineage)."""
+    for name in ("lineage.csv", "metrics.csv"):
+        assert (got / name).read_text() == (want / name).read_text(), name
+    best = [json.loads((run / "summary.json").read_text())["best_member_eval"] for run in (got, want)]
+    assert best[0] == best[1]
+    (done, *saved), (want_done, *want_saved) = population_checkpoint(got), population_checkpoint(want)
+    assert done == want_done
+    assert_trees_close(saved, want_saved, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_population_over_two_processes_equals_one_process_on_two_devices(tmp_path, cache):
+    """`jaxrl pbt ppo ... --coordinator --num-processes 2 --process-id i` (1 CPU device per process, 2 members
+    each) trains ONE population whose ready steps copy members across the processes: its folder (lineage.csv,
+    metrics.csv, the best member's evaluation, the final checkpoint) equals a single-process `--cpu-cores 2` run's
+    bit for bit. Process 1, given another --out, writes nothing there. Cut back to its checkpoint after
+    iteration 4, the folder resumes over 2 processes to the uninterrupted run, bit for bit."""
+    two, single, elsewhere = tmp_path / "two", tmp_path / "single", tmp_path / "process1"
+
+    command = train_processes(*PBT, own=lambda i: ["--out", str(elsewhere if i else two)])
+    procs = launch(command, tmp_path, cache)
+    start = time.monotonic()
+    try:
+        cli(*PBT, "--out", str(single), "--cpu-cores", "2", "--compile-cache", str(cache))
+    finally:
+        outputs = wait_all(procs, TIMEOUT_S - (time.monotonic() - start))
+    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"process {i}:\n{output[-3000:]}"
+    assert "best member" in outputs[0] and outputs[1].strip().endswith("process 1: done"), outputs[1][-2000:]
+    assert "over 2 device(s)" in outputs[0] and not elsewhere.exists()
+    assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in single.iterdir())
+    exploited = [row["exploited"] == "True" for row in csv.DictReader(open(two / "lineage.csv"))]
+    assert len(exploited) == 3 * 4 and any(exploited)  # not vacuous: members were copied
+    assert_same_population(two, single)
+
+    cut = tmp_path / "cut"
+    shutil.copytree(two, cut)
+    shutil.rmtree(cut / "checkpoints" / "6")  # back to the checkpoint after iteration 4
+    procs = launch(train_processes("pbt", "ppo", "--resume", str(cut), "--eval-episodes", "2"), tmp_path, cache)
+    outputs = wait_all(procs, TIMEOUT_S)
+    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"resume, process {i}:\n{output[-3000:]}"
+    assert_same_population(cut, two)

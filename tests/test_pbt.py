@@ -715,6 +715,21 @@ def test_by_default_the_members_use_as_many_devices_as_split_them_evenly(monkeyp
     assert pbt.runner.population_mesh(dataclasses.replace(PBT, population=3)).size == 1
 
 
+def test_over_several_processes_the_members_use_every_process_devices(monkeypatch):
+    """Over 2 processes (faked: 1 device each) the members are sharded over both processes' devices; another
+    --devices count, or a population that does not split over them, is refused in one line."""
+    device = jax.devices()[0]
+    monkeypatch.setattr(pbt.runner.jax, "process_count", lambda: 2)
+    monkeypatch.setattr(pbt.runner.jax, "devices", lambda: [device, device])
+    assert pbt.runner.process_devices() == pbt.runner.process_devices(2) == [device, device]
+    with pytest.raises(ValueError, match=r"--devices 1: a population over 2 processes .* leave --devices out"):
+        pbt.runner.population_mesh(PBT, 1)
+    odd = dataclasses.replace(PBT, population=3)
+    with pytest.raises(ValueError, match=r"3 members do not split evenly over 2 devices; .* 2 processes") as error:
+        pbt.runner.population_mesh(odd)
+    assert "\n" not in str(error.value)
+
+
 TWO_DEVICES = """
 import dataclasses, jax, numpy as np
 from jaxrl import pbt

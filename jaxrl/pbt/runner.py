@@ -18,6 +18,14 @@ a 4-member PPO CartPole population, 1 against 2 CPU devices: bit-identical (Trai
 at XLA CPU's `--xla_backend_optimization_level=1`; at the default level 2 LLVM vectorises a device's share of the
 members differently and the losses round 1 ulp apart from the first iteration (final parameters within 1.2e-7),
 so that over a long run a near tie in fitness can rank members differently.
+
+Over several processes (`sweep.initialize_distributed` in each, every process calling `run` alike) the mesh holds
+every process's devices, each process its own members; the ready step stays inside the program, global over the
+population (XLA's collectives bring the parents' states), so that the run is the single-process run on as many
+devices. What the host needs of the members (metrics, lineage, a checkpoint's state, the best member) is gathered
+through the coordination service (`sweep.gather`). Process 0 alone writes the folder (claim and lock,
+config.json, checkpoints, CSVs, plot, summary, TensorBoard, progress bar) and reads a resume's checkpoint, which it
+hands to the others (`sweep.gather.from_lead`).
 """
 
 from __future__ import annotations
@@ -42,10 +50,11 @@ from jaxrl.pbt.evaluate import MODES, best_member, evaluate_best, evaluation_tex
 from jaxrl.pbt.lineage import Lineage
 from jaxrl.pbt.population import PBTConfig, validate
 from jaxrl.pbt.program import fire_schedule, make_chunk, make_start, step_keys
-from jaxrl.run import checkpoint, folder
+from jaxrl.run import checkpoint, folder, hosts
 from jaxrl.run.compile import cache_events, cache_note, chunk_sizes, eval_keys
 from jaxrl.run.loop import Interrupted
 from jaxrl.run.signals import DeferredStop, TermAsInterrupt, signum_of
+from jaxrl.sweep import gather
 from jaxrl.sweep.devices import AXIS
 from jaxrl.sweep.program import DEVICE_INDEPENDENT_OPTIONS
 
@@ -84,10 +93,13 @@ def chunk_plan(config, pbt: PBTConfig, num_chunks: int) -> list[tuple[int, int, 
 
 def population_mesh(pbt: PBTConfig, devices=None) -> Mesh:
     """The 1-D mesh the members are sharded over: `devices` (a count of `jax.local_devices()`, or a list; None:
-    as many of them as split the population evenly). ValueError (one line) when the population does not split
-    evenly over the devices given."""
+    as many of them as split the population evenly); over several processes every process's devices
+    (`process_devices`). ValueError (one line) when the population does not split evenly over the devices
+    given."""
     local = jax.local_devices()
-    if devices is None:
+    if jax.process_count() > 1:
+        chosen = process_devices(devices)
+    elif devices is None:
         chosen = local[: max(d for d in range(1, len(local) + 1) if pbt.population % d == 0)]
     elif isinstance(devices, int):
         if not 1 <= devices <= len(local):
@@ -96,19 +108,57 @@ def population_mesh(pbt: PBTConfig, devices=None) -> Mesh:
     else:
         chosen = list(devices)
     if pbt.population % len(chosen):
+        processes = jax.process_count()
+        fewer = " or fewer --devices" if processes == 1 else f" (the devices of {processes} processes hold members)"
         raise ValueError(
             f"PBTConfig.population: {pbt.population} members do not split evenly over {len(chosen)} devices; use a "
-            f"multiple of {len(chosen)} members or fewer --devices."
+            f"multiple of {len(chosen)} members{fewer}."
         )
     return Mesh(np.array(chosen), (AXIS,))
+
+
+def process_devices(devices=None) -> list:
+    """The devices of a population over several processes: every process's (`jax.devices()`), so that each
+    process holds members; `devices` None, their count or that list. ValueError (one line) for another count."""
+    every = jax.devices()
+    if devices is None or devices == len(every) or (not isinstance(devices, int) and list(devices) == every):
+        return every
+    raise ValueError(
+        f"--devices {devices}: a population over {jax.process_count()} processes is sharded over every process's "
+        f"devices ({len(every)}); leave --devices out."
+    )
+
+
+def place(tree, sharding: NamedSharding):
+    """`tree` (host arrays or arrays on this process's devices, the same in every process) laid out by
+    `sharding`; typed PRNG keys travel as their key data (`jax.device_put` refuses them for a sharding that
+    spans several processes)."""
+    placed = jax.device_put(checkpoint.unwrap_keys(tree), sharding)
+    return checkpoint.rewrap_keys(placed, tree)
+
+
+def addressable(tree):
+    """`tree` itself when this process holds every leaf whole (one process); else its leaves as NumPy arrays
+    gathered from every process (`sweep.gather.to_host`; every process must call it)."""
+    if all(x.is_fully_addressable for x in jax.tree.leaves(tree) if isinstance(x, jax.Array)):
+        return tree
+    return gather.to_host(tree)
 
 
 def _hyper(configs) -> dict[str, Any]:
     return {f.name: getattr(configs, f.name) for f in dataclasses.fields(configs) if not base.is_static(f)}
 
 
+def checkpoint_like(config, pbt: PBTConfig, seed: int) -> dict:
+    """The shapes and dtypes of a population's checkpoint, {"states": TrainState leaves [P, ...], "hyper":
+    {hyperparameter: [P]}} (`jax.eval_shape`: nothing is computed)."""
+    states, configs = jax.eval_shape(make_start(config, pbt), jax.random.key(seed))
+    return {"states": states, "hyper": _hyper(configs)}
+
+
 def _to_checkpoint(states, configs) -> dict:
-    return jax.device_get(checkpoint.unwrap_keys({"states": states, "hyper": _hyper(configs)}))
+    """The population as a checkpoint holds it: host arrays, keys as key data (gathered from every process)."""
+    return jax.device_get(addressable(checkpoint.unwrap_keys({"states": states, "hyper": _hyper(configs)})))
 
 
 def _lineage_metrics(parts: list[Lineage]) -> dict[str, np.ndarray]:
@@ -186,7 +236,11 @@ def run(
     (`population_mesh`); `log(text)` hears what is happening. `tensorboard`: TensorBoard event files in
     `out/tensorboard` (`pbt.board`). After the last iteration the best member plays `eval_episodes` fresh episodes
     with its deterministic and its stochastic policy (`pbt.evaluate.evaluate_best`; 0: no evaluation), in
-    summary.json and the result; a resumed run that had nothing left to train keeps its summary.json."""
+    summary.json and the result; a resumed run that had nothing left to train keeps its summary.json.
+
+    Over several processes (after `sweep.initialize_distributed` in each), every process calls `run` with the
+    same arguments: the members are sharded over every process's devices, process 0 alone writes `out` and
+    hears `log`, and every process gets the result (states as global arrays, the rest on the host)."""
     validate(config, pbt)
     name = name or base.name_of(base.algorithm_of(config))
     for value, what, least in (
@@ -199,13 +253,11 @@ def run(
             raise ValueError(f"{what}={value!r}: need an integer >= {least}.")
     if resume and out is None:
         raise ValueError("resume=True needs the folder to resume from.")
-    if jax.process_count() > 1:
-        raise ValueError("a PBT run trains in one process; start it without --coordinator.")
     mesh = population_mesh(pbt, devices)
     plan = chunk_plan(config, pbt, num_chunks)
     info = lineages.folder_info(name, config, pbt, seed, num_chunks)
     out = None if out is None else Path(out)
-    log = log or (lambda text: None)
+    log = log if log is not None and hosts.lead() else (lambda text: None)
     with TermAsInterrupt():
         claim = folder.claim(out, resume, info)
         resume = resume and not claim.restarted
@@ -228,7 +280,7 @@ def run(
                 claim.discard()
                 raise
             board = None
-            if out is not None and tensorboard:
+            if out is not None and tensorboard and hosts.lead():
                 first_step = (session.done + 1) * config.env_steps_per_iteration if resume else None
                 board = PopulationBoard(out / "tensorboard", pbt.population, config.env_steps_per_iteration, first_step)
             try:
@@ -254,15 +306,14 @@ class _Session:
         self.metrics, self.parts, self.done, self.saved, self.compiled = [], [], 0, None, {}
 
     def _place(self, tree, sharding):
-        return jax.device_put(tree, sharding)
+        return place(tree, sharding)
 
     def start(self, resume: bool) -> None:
         begin = time.perf_counter()
         start = jax.jit(make_start(self.config, self.pbt), out_shardings=self.members)
         if resume:
-            like = jax.eval_shape(start, self.key)
-            like = {"states": like[0], "hyper": _hyper(like[1])}
-            self.done, state, metrics = checkpoint.restore(self.out / "checkpoints", like, self.info)
+            like = checkpoint_like(self.config, self.pbt, self.seed)
+            self.done, state, metrics = restore_on_lead(self.out / "checkpoints", like, self.info)
             names = list(self.pbt.explore)
             self.metrics = [{k: v for k, v in metrics.items() if not k.startswith(LINEAGE)}]
             self.parts = [_lineage_from(metrics, names)] if LINEAGE + "iteration" in metrics else []
@@ -301,23 +352,31 @@ class _Session:
         return {k: np.concatenate([m[k] for m in self.metrics], axis=1) for k in self.metrics[0]}
 
     def save(self) -> None:
+        """Checkpoints the population with every iteration's metrics and lineage, then writes metrics.csv and
+        lineage.csv (process 0 writes; every process gathers its members for it)."""
         if self.out is None or self.saved == self.done or not self.metrics:
             return
         metrics = self.all_metrics()
         payload = metrics | (_lineage_metrics(self.parts) if self.parts else {})
-        checkpoint.save(
-            self.out / "checkpoints", self.done, _to_checkpoint(self.states, self.configs), payload, self.info
-        )
+        population = _to_checkpoint(self.states, self.configs)
+        directory = self.out / "checkpoints"
+        hosts.on_lead(lambda: checkpoint.save(directory, self.done, population, payload, self.info),
+                      f"write a checkpoint to {directory}")  # fmt: skip
         self.saved = self.done
-        lineages.write_metrics_csv(metrics, self.out / "metrics.csv")
-        if self.parts:
-            lineages.write_lineage_csv(self.lineage(), self.out / "lineage.csv")
+
+        def write_csv():
+            lineages.write_metrics_csv(metrics, self.out / "metrics.csv")
+            if self.parts:
+                lineages.write_lineage_csv(self.lineage(), self.out / "lineage.csv")
+
+        hosts.on_lead(write_csv, f"write {self.out / 'metrics.csv'}")
 
     def evaluate(self, lineage: Lineage, episodes: int, board) -> dict | None:
         """The best member after the last iteration on `episodes` fresh episodes (None with 0)."""
         if not episodes:
             return None
-        evaluation = evaluate_best(self.config, self.states, self.configs, lineage, self.seed, self.done, episodes)
+        states, configs = addressable((self.states, self.configs))
+        evaluation = evaluate_best(self.config, states, configs, lineage, self.seed, self.done, episodes)
         if board is not None:
             board.write_evaluation(evaluation, self.done * self.config.env_steps_per_iteration)
         return evaluation
@@ -339,8 +398,8 @@ class _Session:
             initial=self.done * steps * size,
             unit="step",
             unit_scale=True,
-            disable=not progress,
             desc=f"{name} pbt {config.env} x{size}",
+            disable=not progress or not hosts.lead(),
         )
         bar.set_postfix_str(progress_text(self.parts[-1] if self.parts else None, self.pbt.fitness))
         stop, begin = DeferredStop(), time.perf_counter()
@@ -348,8 +407,9 @@ class _Session:
             stop.install()
             for index, (first, n, tail) in enumerate(self.todo):
                 states, configs, metrics, part = self.compiled[n, tail](*self._args(first, n))
-                self.metrics.append(jax.device_get(metrics))
-                self.parts.append(jax.device_get(part))
+                metrics, part = jax.device_get(addressable((metrics, part)))
+                self.metrics.append(metrics)
+                self.parts.append(part)
                 self.states, self.configs = states, configs
                 self.log_to(board, self.metrics[-1], self.done, self.parts[-1])
                 self.done += n * self.pbt.ready + tail
@@ -370,11 +430,13 @@ class _Session:
         run_s = time.perf_counter() - begin
         lineage = self.lineage()
         summary = None if self.out is None else self.out / "summary.json"
-        if summary is not None and self.done == done_before and summary.is_file():  # finished before: kept
-            evaluation = json.loads(summary.read_text()).get("best_member_eval")
+        finished = summary is not None and self.done == done_before
+        kept = hosts.any_process(hosts.lead() and finished and summary.is_file())
+        if kept:  # finished before: its summary is kept (process 0's evaluation; the others have none)
+            evaluation = json.loads(summary.read_text()).get("best_member_eval") if hosts.lead() else None
         else:
             evaluation = self.evaluate(lineage, eval_episodes, board)
-            if summary is not None:
+            if summary is not None and hosts.lead():
                 timing = {"compile_s": round(self.compile_s, 3), "run_s": round(run_s, 3)}
                 timing |= {"best_member_eval": evaluation} if evaluation else {}
                 summary.write_text(json.dumps(timing, indent=2))
@@ -383,6 +445,26 @@ class _Session:
             self.states, self.configs, self.all_metrics(), lineage, self.compile_s, run_s, self.out,
             self.done - done_before, evaluation,
         )  # fmt: skip
+
+
+def restore_on_lead(directory: Path, like, info: dict) -> tuple[int, Any, dict[str, np.ndarray]]:
+    """(iteration, {"states", "hyper"} on the host, metrics) of the latest checkpoint in `directory`
+    (`checkpoint.restore` into `like`): process 0 reads it and hands it to the others (`sweep.gather.from_lead`)."""
+    read = lambda: checkpoint.restore(directory, like, info)  # noqa: E731
+    done, state, metrics = hosts.on_lead(read, f"restore the checkpoint in {directory}") or (0, None, None)
+    if jax.process_count() == 1:
+        return done, state, metrics
+    raw = jax.tree.structure(jax.eval_shape(checkpoint.unwrap_keys, like))
+    sent = None
+    if hosts.lead():
+        leaves = jax.tree.leaves(checkpoint.unwrap_keys(state))
+        sent = {"done": np.asarray(done)} | {f"state.{i}": np.asarray(x) for i, x in enumerate(leaves)}
+        sent |= {f"metrics.{k}": v for k, v in metrics.items()}
+    got = gather.from_lead(sent)
+    leaves = [got[f"state.{i}"] for i in range(raw.num_leaves)]
+    state = checkpoint.rewrap_keys(jax.tree.unflatten(raw, leaves), like)
+    metrics = {k.removeprefix("metrics."): v for k, v in got.items() if k.startswith("metrics.")}
+    return int(got["done"]), state, metrics
 
 
 def run_to_folder(out: str | Path, algo: str, config, pbt: PBTConfig, seed: int = 0, log=print, **options) -> str:
@@ -407,8 +489,7 @@ def evaluate_folder(out: str | Path, episodes: int, seed: int) -> Iterator[str]:
         raise ValueError(f"--episodes {episodes}: need at least one episode.")
     out = Path(out)
     algo, config, settings, run_seed, _ = resume_settings(out)
-    like = jax.eval_shape(make_start(config, settings), jax.random.key(run_seed))
-    like = {"states": like[0], "hyper": _hyper(like[1])}
+    like = checkpoint_like(config, settings, run_seed)
     iteration, state, metrics = checkpoint.restore(out / "checkpoints", like, folder.read_run_folder(out))
     configs = config.replace(**state["hyper"])
     ranked = LINEAGE + "rank" in metrics and np.asarray(metrics[LINEAGE + "rank"]).size

@@ -1,5 +1,6 @@
-"""The cross-process gather: a sweep's outputs, global arrays whose rows live on the devices of several
-processes, as NumPy arrays holding every row, in every process.
+"""The cross-process gather: a sweep's (or a population's) outputs, global arrays whose rows live on the devices
+of several processes, as NumPy arrays holding every row, in every process; and `from_lead`, process 0's host
+arrays (a checkpoint it read) in every process.
 
 Each process publishes the blocks of its own devices through `jax.distributed`'s key-value store (the
 coordination service) and reads the others'. No compiled collective runs: gathering with one
@@ -35,35 +36,62 @@ def to_host(tree):
     return jax.tree.unflatten(treedef, out)
 
 
-def gather_processes(arrays: list[jax.Array]) -> list[np.ndarray]:
-    """The full value of each global array (sharded over its leading batch axis) in every process."""
+def _client():
     client = _compat.distributed_client()
     if client is None:
         raise RuntimeError("arrays span several processes but jax.distributed is not initialised.")
+    return client
+
+
+def _pack(blocks: dict[str, np.ndarray]) -> bytes:
+    """Named NumPy arrays as the bytes of one .npz file."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **blocks)
+    return buffer.getvalue()
+
+
+def _unpack(payload: bytes) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(payload)) as received:
+        return {name: received[name] for name in received.files}
+
+
+def _exchange(blocks: dict[str, np.ndarray], senders: range) -> list[dict[str, np.ndarray]]:
+    """Publishes this process's `blocks` (when it is one of `senders`) and returns every sender's, in process
+    order; returns once every process has read them (a barrier), so that the next exchange starts afresh."""
+    client, me = _client(), jax.process_index()
     tag = f"jaxrl_sweep/gather{next(_GATHERS)}"
-    me = jax.process_index()
+    payload = _pack(blocks) if me in senders else b""
+    if me in senders:
+        client.key_value_set_bytes(f"{tag}/{me}", payload)
+    read = lambda process: client.blocking_key_value_get_bytes(f"{tag}/{process}", GATHER_TIMEOUT_MS)  # noqa: E731
+    received = [_unpack(payload if process == me else read(process)) for process in senders]
+    client.wait_at_barrier(f"{tag}/read", GATHER_TIMEOUT_MS)  # everyone has read every block
+    if me in senders:
+        client.key_value_delete(f"{tag}/{me}")
+    return received
+
+
+def gather_processes(arrays: list[jax.Array]) -> list[np.ndarray]:
+    """The full value of each global array (sharded over its leading batch axis) in every process."""
     blocks = {}
     for i, x in enumerate(arrays):
         for shard in x.addressable_shards:
             start = (shard.index[0].start or 0) if shard.index else 0
             blocks[f"{i}_{start}"] = np.asarray(shard.data)
-    buffer = io.BytesIO()
-    np.savez(buffer, **blocks)
-    client.key_value_set_bytes(f"{tag}/{me}", buffer.getvalue())
     out = [np.empty(x.shape, np.dtype(x.dtype)) for x in arrays]
-    for process in range(jax.process_count()):
-        if process == me:
-            payload = buffer.getvalue()
-        else:
-            payload = client.blocking_key_value_get_bytes(f"{tag}/{process}", GATHER_TIMEOUT_MS)
-        with np.load(io.BytesIO(payload)) as received:
-            for name in received.files:
-                i, start = map(int, name.split("_"))
-                block = received[name]
-                if out[i].ndim == 0:
-                    out[i][...] = block
-                else:
-                    out[i][start : start + block.shape[0]] = block
-    client.wait_at_barrier(f"{tag}/read", GATHER_TIMEOUT_MS)  # everyone has read every block
-    client.key_value_delete(f"{tag}/{me}")
+    for received in _exchange(blocks, range(jax.process_count())):
+        for name, block in received.items():
+            i, start = map(int, name.split("_"))
+            if out[i].ndim == 0:
+                out[i][...] = block
+            else:
+                out[i][start : start + block.shape[0]] = block
     return out
+
+
+def from_lead(arrays: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """Process 0's named NumPy `arrays` in every process (the others pass None; with one process, `arrays`).
+    Every process must call it at the same point."""
+    if jax.process_count() == 1:
+        return dict(arrays)
+    return _exchange(dict(arrays or {}), range(1))[0]
