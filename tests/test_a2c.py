@@ -104,6 +104,7 @@ def test_n_step_to_the_window_end_equals_gae_with_lambda_one():
     np.testing.assert_allclose(one_step, td, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_metrics_are_per_iteration(tiny_runs):
     separate, _ = tiny_runs
     state, metrics = separate[0]
@@ -113,6 +114,7 @@ def test_metrics_are_per_iteration(tiny_runs):
     assert np.all(np.isfinite(metrics["value_loss"])) and np.all(metrics["kl"] >= 0)
 
 
+@pytest.mark.slow
 def test_vmap_over_keys_equals_separate_runs(tiny_runs):
     separate, batched = tiny_runs
     for i, run in enumerate(separate):

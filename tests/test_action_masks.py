@@ -86,6 +86,7 @@ MASKS = np.array([[1, 1, 1, 1], [0, 1, 0, 1], [1, 0, 0, 0], [0, 0, 1, 1], [0, 0,
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_masked_categorical_matches_numpy():
     """log-probs, probabilities and entropy of ActorCritic's masked categorical equal the softmax over the valid
     logits alone; a row with no valid action (the last) counts all as valid."""

@@ -51,6 +51,7 @@ def spec(algo, config, curve=False):
     }
 
 
+@pytest.mark.slow
 def test_jaxrl_worker_throughput_fields():
     result = jaxrl_worker.run(spec("ppo", TINY_PPO))
     assert result["library"] == "jaxrl" and result["algo"] == "ppo"

@@ -66,6 +66,7 @@ def test_multi_process_flags_need_the_coordinator_and_the_process_id(command, tm
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_sweep_command_writes_results_summary_and_plot(tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = f"sweep ppo {TINY} --grid learning_rate=1e-3,5e-3 --seeds 3 --seed 1 --out {out}"
@@ -92,6 +93,7 @@ def test_sweep_command_writes_results_summary_and_plot(tmp_path, capsys):
     assert (tmp_path / "t.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_a_quiet_sweep_prints_its_summary_alone(tmp_path, capsys):
     argv = f"sweep ppo {TINY} --grid learning_rate=1e-3 --seeds 1 --out {tmp_path / 'sweep'} --quiet"
     assert cli.main(argv.split()) == 0
@@ -186,6 +188,7 @@ def test_help_shows_each_default_once(command, capsys):
     assert "(default: 20)" in text if command == "train" else "(default: 4)" in text
 
 
+@pytest.mark.slow
 def test_a_terminal_hears_what_is_happening_before_the_progress_bar(tmp_path):
     """On a terminal, train says it is compiling (and in how many seconds it did) before the bar; piped, stderr
     holds no status lines (logs stay clean)."""
@@ -260,6 +263,7 @@ def test_an_error_before_any_run_imports_no_jax():
     assert "invalid choice: 'PPO'" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_quiet_leaves_the_summary_alone_on_a_terminal(tmp_path, monkeypatch, capsys):
     """On a terminal `jaxrl train` shows status lines and the progress bar; with --quiet neither: stderr stays
     empty and stdout holds the summary. (--no-progress hides the bar alone: see the cache hit test.)"""

@@ -186,6 +186,7 @@ def test_registered_as_dpo():
     assert dpo.Config().num_steps == 500 and dpo.Config(env="Pendulum-v1").num_steps == 200
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "config",
     [

@@ -12,6 +12,7 @@ from jaxrl.algos import ALGORITHMS, base
 from jaxrl.run.evaluate import evaluate
 
 
+@pytest.mark.slow
 def test_each_episode_counted_once_from_reset_to_its_end():
     always_left = jax.jit(
         lambda key: evaluate("CartPole-v1", lambda obs, k: jnp.zeros(obs.shape[0], jnp.int32), key, num_episodes=8)

@@ -263,6 +263,7 @@ CLI_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CLI_CASES, ids=[c.name for c in CLI_CASES])
 def test_cli_case(case: CliCase, run_copy, tmp_path, capsys):
     tmp = tmp_path / "tmp"
@@ -345,6 +346,7 @@ def test_api_case(name, fn, word, word2, monkeypatch):
     assert word in message and word2 in message, message
 
 
+@pytest.mark.slow
 def test_api_resume_with_another_config_writes_nothing(run_copy):
     """Issue item 4: refused naming only the differing field, config.json untouched, and the folder still
     resumes with the right config."""
@@ -359,6 +361,7 @@ def test_api_resume_with_another_config_writes_nothing(run_copy):
     assert result.iterations_run == 0 and not (run_copy / folder.LOCK).exists()
 
 
+@pytest.mark.slow
 def test_api_new_run_into_a_run_folder_is_refused(run_copy):
     before = snapshot(run_copy)
     with pytest.raises(folder.RunDirError, match="already holds a run"):
@@ -369,6 +372,7 @@ def test_api_new_run_into_a_run_folder_is_refused(run_copy):
 # --- bespoke rows: locks, resume, atomic checkpoints, throughput, Ctrl-C, --debug, sweeps -------------------
 
 
+@pytest.mark.slow
 def test_stale_lock_is_taken_over_and_a_finished_resume_prints_sane_throughput(run_copy, capsys):
     """A lock left by a dead process (kill -9) of this host is stale: the resume takes it over and removes it at
     the end. Resuming a finished run trains nothing and says so instead of an absurd steps/s; its summary.json
@@ -383,6 +387,7 @@ def test_stale_lock_is_taken_over_and_a_finished_resume_prints_sane_throughput(r
     assert (run_copy / "summary.json").read_text() == summary_json
 
 
+@pytest.mark.slow
 def test_a_lock_whose_pid_was_reused_is_taken_over(run_copy, capsys):
     """The PID of a kill -9'ed run, reused by an unrelated process that started after the lock was written,
     cannot be that run: the lock is stale and the resume takes it over."""
@@ -397,6 +402,7 @@ def test_a_lock_whose_pid_was_reused_is_taken_over(run_copy, capsys):
     assert not (run_copy / folder.LOCK).exists()
 
 
+@pytest.mark.slow
 def test_a_lock_held_by_a_live_process_says_how_to_tell_and_how_to_clear(run_copy, capsys):
     """A live process of this host that may hold the lock (it started before the lock was written): refused,
     naming the PID, the host, when the lock was written and that process's command line, and how to clear it."""
@@ -519,6 +525,7 @@ def test_determinism_across_chunkings(finished):
     assert_trees_close(one.metrics, metrics, rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_checkpoint_cut_short_after_finalisation_resumes_from_the_previous(run_copy, finished):
     """A kill between orbax's atomic finalisation and the checksums leaves a step without them: it does not
     count, the resume continues from the step before and ends with the uninterrupted run's numbers; an orbax
@@ -532,12 +539,14 @@ def test_checkpoint_cut_short_after_finalisation_resumes_from_the_previous(run_c
     assert _rows(run_copy) == _rows(finished)
 
 
+@pytest.mark.slow
 def test_corrupt_checkpoint_names_the_file(run_copy):
     name = corrupt_checkpoint(run_copy, run_copy)
     with pytest.raises(checkpoint.CheckpointError, match=f"corrupt: .*{name} does not match"):
         run_tiny(run_dir=run_copy, resume=True)
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_compilation(tmp_path, run_copy, monkeypatch, capsys):
     """Ctrl-C while compiling: exit 130 and one line; a new run leaves no folder behind, a resume leaves its
     folder unchanged."""
@@ -588,6 +597,7 @@ SWEEP = "sweep ppo --num-envs 4 --num-steps 16 --total-timesteps 128 --update-ep
 SWEEP += " --hidden-sizes 16,16 --grid learning_rate=1e-3,2e-3,3e-3 --seeds 2 --points-per-program 1"
 
 
+@pytest.mark.slow
 def test_a_sweep_in_parts_keeps_the_finished_points_when_interrupted(tmp_path, monkeypatch, capsys):
     """`--points-per-program 1`: the results of each finished part are written at once, so a Ctrl-C in the third
     part leaves the first two points' results.csv, summary.csv and sweep.json, said in one line, exit 130."""
@@ -684,6 +694,7 @@ def _jaxrl(args: list[str], **env) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_unavailable_backend_is_one_line(tmp_path):
     done = _jaxrl(["train", "ppo", *TINY.split(), "--run-dir", str(tmp_path / "new")], JAX_PLATFORMS="cuda")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
@@ -772,6 +783,7 @@ def test_run_folder_names_are_shell_safe_and_claimed_atomically(tmp_path, monkey
     assert folder.run_dir_name("ppo", "a b/c:d", "1") == "ppo-a-b-c-d-1"
 
 
+@pytest.mark.slow
 def test_two_new_runs_in_one_second_get_two_folders(tmp_path, monkeypatch, capsys):
     """The second run of one second into one --runs-dir is not refused: it gets the -2 folder."""
     monkeypatch.setattr(folder, "datetime", __import__("types").SimpleNamespace(datetime=_Stamp))
@@ -881,6 +893,7 @@ def test_resume_evaluates_at_the_uninterrupted_runs_iterations(tmp_path, monkeyp
     assert _tensorboard_steps(tmp_path / "a" / "tensorboard", "value_loss") == list(steps)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["training", "compiling"])
 def test_sigterm_checkpoints_releases_the_lock_and_exits_143(when, tmp_path):
     """A cluster scheduler's SIGTERM is a Ctrl-C: while training, the run stops at the next chunk boundary with
@@ -944,6 +957,7 @@ def _assert_full_disk_at_the_second_checkpoint(code: int, err: str, run: Path, n
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2"]  # nothing of the failed save is left
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_the_second_checkpoint_is_one_line_and_resumes(finished, tmp_path, monkeypatch, capsys):
     """The file system reports no free space at the second checkpoint (a fake layer: `_free_bytes`): one line
     naming the checkpoint and what is kept, exit 2, nothing written; once there is space, the resume ends like
@@ -971,6 +985,7 @@ def _unshare_works() -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux" or not _unshare_works(), reason="needs a mount namespace (unshare -rm)")
 def test_a_real_full_disk_at_the_second_checkpoint(finished, tmp_path):
     """The same on a real full disk: a tmpfs in a private mount namespace, sized from the finished run's own

@@ -69,6 +69,7 @@ def test_first_episode_mask_matches_a_loop():
     np.testing.assert_array_equal(mask, expected)
 
 
+@pytest.mark.slow
 def test_group_members_share_their_start_and_then_diverge(policy):
     env, network, params = policy
     starts = rollout.group_starts(env, jax.random.key(2), 3)
@@ -111,6 +112,7 @@ def tiny_runs():
     return separate, batched
 
 
+@pytest.mark.slow
 def test_metrics_are_per_iteration(tiny_runs):
     state, metrics = tiny_runs[0][0]
     for name in ("episode_return", "valid_fraction", "policy_loss", "entropy", "approx_kl", "clip_fraction"):
@@ -121,6 +123,7 @@ def test_metrics_are_per_iteration(tiny_runs):
     np.testing.assert_allclose(metrics["importance_weight"], 1.0, rtol=1e-6)  # on-policy: w = 1
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_equals_separate_runs(tiny_runs):
     separate, batched = tiny_runs
     for i, run in enumerate(separate):

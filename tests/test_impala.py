@@ -55,6 +55,7 @@ def runs():
     return separate, batched
 
 
+@pytest.mark.slow
 def test_metrics_and_lagged_behaviour(runs):
     _, metrics = runs[0][0]
     for name in ("episode_return", "policy_loss", "value_loss", "entropy", "importance_weight"):
@@ -65,6 +66,7 @@ def test_metrics_and_lagged_behaviour(runs):
     assert np.all(np.abs(w[1:] - 1.0) > 1e-7)  # later ones with the initial ones, then with 2 updates old ones
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_equals_separate_runs(runs):
     separate, batched = runs
     for i, run in enumerate(separate):

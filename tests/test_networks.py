@@ -113,6 +113,7 @@ def test_actor_and_critic_are_separate(discrete):
     assert not np.allclose(a0, c0)
 
 
+@pytest.mark.slow
 def test_hidden_sizes_and_activation():
     net = ActorCritic(action_dim=2, discrete=True, torso=MLPTorso((8, 16, 32), "relu"))
     params = net.init(jax.random.key(0), jnp.zeros((1, 5)))

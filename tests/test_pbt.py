@@ -283,12 +283,14 @@ def pbt_run():
     return run(jax.random.key(0)), run(jax.random.key(0)), run(jax.random.key(1))
 
 
+@pytest.mark.slow
 def test_program_is_deterministic_under_a_key(pbt_run):
     first, again, other = pbt_run
     assert_trees_equal(first, again)
     assert not np.array_equal(first[1]["episode_return"], other[1]["episode_return"], equal_nan=True)
 
 
+@pytest.mark.slow
 def test_program_shapes_and_lineage(pbt_run, tmp_path):
     states, metrics, lineage = pbt_run[0]
     assert metrics["episode_return"].shape == (4, CONFIG.num_iterations)
@@ -331,6 +333,7 @@ def eval_run():
     return jax.jit(pbt.make_pbt(CONFIG, EVAL_PBT))(jax.random.key(0))
 
 
+@pytest.mark.slow
 def test_program_evaluates_members_and_ranks_them_by_evaluation_returns(eval_run, pbt_run):
     """Each iteration's evaluation is `run.compile.evaluation_scores` of the member (deterministic policy,
     EPISODES fresh episodes keyed by `fold_in(eval_stream(key, P)[m], iteration)`); the ready steps rank by it;
@@ -360,6 +363,7 @@ def test_program_evaluates_members_and_ranks_them_by_evaluation_returns(eval_run
         assert_trees_equal(metrics[name][:, :2], values[:, :2])
 
 
+@pytest.mark.slow
 def test_evaluation_keys_never_meet_training_keys(eval_run):
     """The members' evaluation keys (and every `fold_in` of them a run plays) against the training keys the run
     derives: the population, member and exploit/explore keys, each ready step's and each member's key before and
@@ -379,6 +383,7 @@ def test_evaluation_keys_never_meet_training_keys(eval_run):
     assert not as_set([*stream, *played]) & as_set(training)
 
 
+@pytest.mark.slow
 def test_population_folder_reads_as_a_run_folder(pbt_run, tmp_path):
     """write_folder: metrics.csv has one seed per member with the program's metrics, so plot and report read it;
     the summary ranks members by their last fitness."""
@@ -439,6 +444,7 @@ TINY = "--total-timesteps 320 --num-envs 4 --num-steps 16 --update-epochs 1 --nu
 TINY += " --ready 2"
 
 
+@pytest.mark.slow
 def test_cli_trains_a_population_and_refuses_a_bad_prior_in_one_line(tmp_path):
     import subprocess
     import sys
@@ -551,6 +557,7 @@ def read_csv(path):
         return list(csv.DictReader(file))
 
 
+@pytest.mark.slow
 def test_chunked_run_follows_the_whole_program(chunked, eval_run):
     """The chunks run the schedule of `make_pbt` under the same key (seed 0): the same parents, the same numbers,
     evaluations included, up to XLA's rewriting of differently nested programs."""
@@ -568,6 +575,7 @@ def test_chunked_run_follows_the_whole_program(chunked, eval_run):
     assert not (out / "run.lock").exists()
 
 
+@pytest.mark.slow
 def test_tensorboard_holds_each_members_metrics_lineage_and_hyperparameters(chunked):
     """One TensorBoard run per member: every iteration's metrics at x = env steps as metrics.csv holds them,
     every ready step's fitness, rank, parent and hyperparameters as lineage.csv holds them (step 0: the initial
@@ -611,6 +619,7 @@ def test_tensorboard_holds_each_members_metrics_lineage_and_hyperparameters(chun
     assert population["eval/deterministic_return"][0][1] == pytest.approx(evaluation["deterministic_return"])
 
 
+@pytest.mark.slow
 def test_best_member_is_evaluated_on_the_evaluation_stream(chunked):
     """summary.json's best_member_eval: the member ranked first at the last ready step, with the hyperparameters
     it ended with, played on EPISODES episodes per mode keyed by the run's evaluation stream (never the training
@@ -639,6 +648,7 @@ def test_best_member_is_evaluated_on_the_evaluation_stream(chunked):
     assert f"best member {best} on {EPISODES} fresh episodes after iteration 5: deterministic return" in text
 
 
+@pytest.mark.slow
 def test_jaxrl_eval_plays_every_member_of_a_population_and_names_the_best(chunked, capsys):
     from jaxrl import cli
 
@@ -661,6 +671,7 @@ def test_jaxrl_eval_plays_every_member_of_a_population_and_names_the_best(chunke
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.slow
 def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
     """Ctrl-C after chunk 1 of 2 (raised when its lineage.csv is written) checkpoints there; the resumed run
     equals the uninterrupted one bit for bit: TrainStates, hyperparameters, metrics (the evaluations' included),

@@ -153,6 +153,7 @@ def test_count_recall_perfect_memory_scores_one(env_id, n, types):
 # Position-only control -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_position_only_cartpole_is_cartpole_without_velocities():
     length = 30
     args = (60, uniform_actions(2), 0)
@@ -169,6 +170,7 @@ def test_position_only_cartpole_is_cartpole_without_velocities():
     assert limits == [200, 600]
 
 
+@pytest.mark.slow
 def test_position_only_pendulum_is_pendulum_without_angular_velocity():
     length = 20
     box = lambda carry, obs, key: (carry, jax.random.uniform(key, (NUM_ENVS, 1), minval=-2.0, maxval=2.0))  # noqa: E731

@@ -43,6 +43,7 @@ def test_bad_config_raises_naming_the_field(overrides, field):
         ppo.make_train(dataclasses.replace(ppo.Config(), **overrides))
 
 
+@pytest.mark.slow
 def test_metrics_are_per_iteration(tiny_runs):
     _, separate, _ = tiny_runs
     state, metrics = separate[0]
@@ -61,6 +62,7 @@ def test_metrics_are_per_iteration(tiny_runs):
     assert np.all(np.isfinite(metrics["value_loss"]))
 
 
+@pytest.mark.slow
 def test_same_key_same_result_different_key_different(tiny_runs):
     keys, separate, _ = tiny_runs
     again = run_tiny(TINY, keys[0])
@@ -70,6 +72,7 @@ def test_same_key_same_result_different_key_different(tiny_runs):
     assert any(not np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.slow
 def test_vmap_over_keys_equals_separate_runs(tiny_runs):
     _, separate, batched = tiny_runs
     for i, run in enumerate(separate):
@@ -111,6 +114,7 @@ def test_ppo_learns_cartpole():
     assert (final >= 400).sum() >= 3, final
 
 
+@pytest.mark.slow
 def test_cnn_torso_on_minatar_runs_and_refuses_vector_observations():
     """torso="cnn": PPO's actor and critic read Breakout-MinAtar's [10, 10, 4] images through the MinAtar network;
     an image torso on CartPole's vector observations is refused before compiling, naming the field."""

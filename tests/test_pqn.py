@@ -49,6 +49,7 @@ def test_bad_config_raises_naming_the_field(overrides, field):
         pqn.make_train(dataclasses.replace(pqn.Config(), **overrides))
 
 
+@pytest.mark.slow
 def test_metrics_are_per_iteration(runs):
     _, _, separate, _ = runs
     state, metrics = separate[0]
@@ -61,6 +62,7 @@ def test_metrics_are_per_iteration(runs):
     np.testing.assert_allclose(metrics["epsilon"], np.maximum(expected, 0.05), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_same_key_same_result_different_key_different(runs):
     keys, train, separate, _ = runs
     assert_trees_close(train(TINY, keys[0]), separate[0], rtol=0, atol=0)
@@ -68,6 +70,7 @@ def test_same_key_same_result_different_key_different(runs):
     assert any(not np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_and_hyperparameters_equals_separate_runs(runs):
     keys, train, separate, batched = runs
     for i, run in enumerate(separate):

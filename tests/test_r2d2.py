@@ -60,6 +60,7 @@ def collected(core: str):
     return run(jax.random.key(1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("core", ["gru", "lstm"])
 def test_burn_in_from_the_stored_state_reproduces_the_behaviour_states(core):
     """A replayed window of 8 steps and its stored first state, unrolled by the learner's burn-in over its first k
@@ -106,6 +107,7 @@ def test_successor_values_continue_the_sequence():
     assert not np.allclose(np.asarray(q_next)[:-1][done], np.asarray(q)[1:][done], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_shapes_and_dtypes(tiny_run):
     state, metrics = tiny_run
     n, size, per_env = TINY.num_envs, TINY.core_size, TINY.buffer_size // TINY.num_envs

@@ -95,6 +95,7 @@ def _reinforce_grad(network, params, actions, rewards_of_actions):
     return grads["params"]["actor"]["Dense_0"]["bias"]
 
 
+@pytest.mark.slow
 def test_gradient_on_a_bandit_is_the_policy_gradient():
     """One-step episodes: the expectation of REINFORCE's gradient equals -grad J for J = sum_a pi(a) r(a), whose
     exact form is sum_a pi(a) r(a) grad log pi(a) = pi * (r - pi . r) on softmax logits."""
@@ -130,6 +131,7 @@ def test_returns_are_cut_at_the_window_without_baseline_and_bootstrap_with_it():
     np.testing.assert_allclose(adv, returns - 3.0)
 
 
+@pytest.mark.slow
 def test_metrics_are_per_iteration(tiny_runs):
     separate, _ = tiny_runs
     state, metrics = separate[0]
@@ -142,6 +144,7 @@ def test_metrics_are_per_iteration(tiny_runs):
     assert np.all(metrics["value_loss"] == 0.0)  # no critic without a baseline
 
 
+@pytest.mark.slow
 def test_vmap_over_keys_equals_separate_runs(tiny_runs):
     separate, batched = tiny_runs
     for i, run in enumerate(separate):

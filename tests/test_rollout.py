@@ -85,6 +85,7 @@ def check_common(traj, T, obs_dim):
     chex.assert_tree_all_finite([traj.obs, traj.rewards, traj.log_probs, traj.values, traj.next_values])
 
 
+@pytest.mark.slow
 def test_trajectory_shapes_cartpole(cartpole16):
     carry, traj = cartpole16.run(jax.random.key(0))
     check_common(traj, 16, 4)
@@ -95,6 +96,7 @@ def test_trajectory_shapes_cartpole(cartpole16):
     chex.assert_shape(traj.done, (16, N))
 
 
+@pytest.mark.slow
 def test_trajectory_shapes_pendulum(pendulum16):
     carry, traj = pendulum16.run(jax.random.key(0))
     check_common(traj, 16, 3)
@@ -120,6 +122,7 @@ def test_log_probs_and_values_match_network(name, request):
         np.testing.assert_allclose(traj.log_probs, np.log(0.5), atol=0.05)
 
 
+@pytest.mark.slow
 def test_next_values_are_successor_values(cartpole64, traj64):
     traj = to_np(traj64)
     done = traj.terminated | traj.truncated
@@ -132,12 +135,14 @@ def test_next_values_are_successor_values(cartpole64, traj64):
     assert (gap > 1e-6).all()
 
 
+@pytest.mark.slow
 def test_terminal_successors_have_value_zero(traj64):
     traj = to_np(traj64)
     assert traj.terminated.any()
     np.testing.assert_array_equal(traj.next_values[traj.terminated], 0.0)
 
 
+@pytest.mark.slow
 def test_truncated_successors_bootstrap_from_final_observation(cartpole64):
     """Replays the rollout step by step in Python (same keys) and evaluates the critic on every
     `final_observation` densely: the rollout's gathered evaluation must agree at every truncated step."""
@@ -171,6 +176,7 @@ def test_bootstrap_truncated_gathers_only_masked_entries():
     np.testing.assert_array_equal(out, expected)
 
 
+@pytest.mark.slow
 def test_carry_continues_rollout(cartpole16):
     # Two consecutive rollouts: the second starts where the first stopped.
     env, T = cartpole16.env, 16
@@ -204,6 +210,7 @@ def metrics_ref(traj):
     return traj.episode_return[done].mean(), traj.episode_length[done].mean(), int(done.sum())
 
 
+@pytest.mark.slow
 def test_episode_metrics_against_numpy(traj64):
     ret, length, count = metrics_ref(traj64)
     traj = to_np(traj64)
@@ -240,6 +247,7 @@ def test_same_key_same_trajectory(cartpole16):
     assert not np.array_equal(a[1].actions, c[1].actions)
 
 
+@pytest.mark.slow
 def test_vmap_over_keys_equals_separate_rollouts(cartpole16):
     keys = jax.random.split(jax.random.key(9), 3)
     batched = to_np(jax.jit(jax.vmap(cartpole16._run))(keys))

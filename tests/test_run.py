@@ -31,6 +31,7 @@ def chunked(tmp_path_factory):
     return loop.run(ppo, CONFIG, seeds=2, seed=3, num_chunks=3, run_dir=run_dir, progress=False), run_dir
 
 
+@pytest.mark.slow
 def test_chunked_run_equals_one_train_call(chunked):
     result, tmp_path = chunked
     assert len(run_compile.chunk_sizes(CONFIG.num_iterations, 3)) > 1  # really chunked: 7 iterations as 3+3+1
@@ -101,6 +102,7 @@ def test_eval_keys_are_their_own_stream():
     np.testing.assert_array_equal(eval_keys[:2], jax.random.key_data(run_compile.eval_keys(3, 2)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_evaluating_chunk_traces_for_every_algorithm(name):
     """The chunk + evaluation program stays jittable (traced, not compiled, here) for every registered
