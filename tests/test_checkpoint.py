@@ -69,6 +69,7 @@ def test_mismatched_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
         loop.run(ppo, CONFIG, seeds=2, run_dir=tmp_path / "empty", progress=False, resume=True)
 
 
+@pytest.mark.slow
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
     import shutil
 

@@ -450,6 +450,7 @@ def test_lock_is_exclusive_while_held(tmp_path):
     second.release()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["compile_programs", "chunk_plan", "eval_keys"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_swallowed_by_a_gc_callback_before_training_still_stops_the_run(
@@ -1017,6 +1018,7 @@ def test_a_real_full_disk_at_the_second_checkpoint(finished, tmp_path):
     assert _rows(kept) == _rows(finished)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["new run", "resume"])
 def test_a_run_killed_before_its_first_checkpoint_starts_over_in_place(how, finished, tmp_path, capsys):
     """A folder with config.json but no checkpoint (the run was killed while compiling: a stale lock, perhaps

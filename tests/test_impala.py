@@ -109,6 +109,7 @@ def test_q_critic_with_lambda_0_targets_expected_sarsa_on_the_learners_policy():
     assert np.all(np.isfinite(metrics["value_loss"]))
 
 
+@pytest.mark.slow
 def test_grpo_scheme_2_collects_with_the_lagged_policy_and_corrects():
     config = dataclasses.replace(
         grpo.Config(num_groups=2, group_size=4, horizon=16, update_epochs=2, num_minibatches=2, hidden_sizes=(16,)),

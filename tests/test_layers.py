@@ -8,6 +8,7 @@ losses, minibatch, replay, lag, optim, parallel, types) -> envs. `jaxrl.envs` im
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,9 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
+    """module -> the jaxrl modules it imports (inside functions too), parsed once per session."""
     mods = modules()
     known = set(mods)
     return {name: imports_of(name, path, known) - {"jaxrl"} for name, path in mods.items()}

@@ -80,6 +80,7 @@ def test_vmap_over_seeds_and_hyperparameters_equals_separate_runs(runs):
     assert train._cache_size() == before
 
 
+@pytest.mark.slow
 def test_q_lambda_targets_match_a_numpy_reference():
     """On a rollout with terminations and truncations (12-step time limit): next values are max_a Q of the true
     successor (0 after termination), and the targets follow Peng's Q(lambda) recursion, cut at episode ends."""

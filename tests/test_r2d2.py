@@ -88,6 +88,7 @@ def test_burn_in_from_the_stored_state_reproduces_the_behaviour_states(core):
     assert all(np.abs(np.asarray(leaf[1:])).max() > 0.01 for leaf in jax.tree.leaves(batch["hidden"]))
 
 
+@pytest.mark.slow
 def test_successor_values_continue_the_sequence():
     """`unroll`'s successor Q-values Q(h_{t+1}, o'_t) are the next step's Q(h_{t+1}, o_{t+1}) wherever step t did not
     end its episode (o'_t = o_{t+1} there); where it ended, the next step is a fresh episode's and they differ."""

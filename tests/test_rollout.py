@@ -110,6 +110,7 @@ def test_trajectory_shapes_pendulum(pendulum16):
     assert np.isfinite(np.asarray(traj.actions)).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["cartpole16", "pendulum16"])
 def test_log_probs_and_values_match_network(name, request):
     setup = request.getfixturevalue(name)

@@ -182,6 +182,7 @@ def test_random_search():
     assert [p["learning_rate"] for p in other.points] == lr.tolist()
 
 
+@pytest.mark.slow
 def test_rows_and_csv(results, tmp_path):
     iterations = CONFIG.num_iterations
     rows = results.rows()
