@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import COMPILE_CACHE, assert_trees_close, default_sigint
+from conftest import COMPILE_CACHE, FAST_COMPILE, assert_trees_close, default_sigint
 from jaxrl import sweep
 from jaxrl.algos import ppo
 
@@ -85,11 +85,16 @@ def api_command(i, out, port, cache):
     return [sys.executable, "-c", script, str(i), str(port), str(cache), str(out / f"process{i}.npz")]
 
 
+def cpu_env() -> dict[str, str]:
+    """The environment of a CPU subprocess: XLA's one CPU device (a device count of the test process's XLA_FLAGS
+    dropped; `--cpu-cores` chooses its own) at the suite's fast compile level (conftest.FAST_COMPILE)."""
+    return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": FAST_COMPILE}
+
+
 def launch(command, out, cache):
     """Processes 0 and 1 of `command(i, out, port, cache)` on a free loopback port."""
     port = free_port()
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    env.pop("XLA_FLAGS", None)  # one CPU device per process: the global mesh has 2 devices in 2 processes
+    env = cpu_env()  # one CPU device per process: the global mesh has 2 devices in 2 processes
     return [
         subprocess.Popen(
             command(i, out, port, cache),
@@ -211,8 +216,7 @@ TRAIN = train_flags()
 
 def cli(*args: str, timeout_s: int = TIMEOUT_S) -> str:
     """`jaxrl ARGS` in one fresh CPU process (1 device unless --cpu-cores); its output, or the test fails."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    env.pop("XLA_FLAGS", None)
+    env = cpu_env()
     try:
         done = subprocess.run(
             [sys.executable, "-m", "jaxrl.cli", *args], env=env, capture_output=True, text=True, timeout=timeout_s

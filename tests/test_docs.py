@@ -6,12 +6,13 @@ Conventions of a page (docs/development.md):
 - `<!-- no-run: reason -->` on the line before a fence: the block is not run (the reason is required).
 - `<!-- file: NAME -->` on the line before a fence: the block is written to NAME in the page's working folder, in
   document order, so later blocks of the page can import or read it.
-- The blocks of a page run in document order in one fresh working folder: Python blocks in one namespace (one
-  process per page), shell blocks with bash -e, `jaxrl` on PATH as this checkout's `python -m jaxrl.cli`.
+- The blocks of a page run in document order in one fresh working folder: Python blocks in one namespace of their
+  own, shell blocks with bash -e, `jaxrl` on PATH as this checkout's `python -m jaxrl.cli`.
 - A block that trains (make_train, sweep.run, loop.run, make_pbt, `jaxrl train|sweep|eval|plot`) runs in the slow
   tier, with `total_timesteps=` / `--total-timesteps` lowered to at most JAXRL_DOCS_TIMESTEPS (default 20000; a
-  `jaxrl train|sweep` command without the flag gets it). The quick tier runs every page's other blocks, in order,
-  in one process.
+  `jaxrl train|sweep` command without the flag gets it). The quick tier runs every page's other blocks, in order.
+- Each tier runs its pages in one process, with the session's persistent compilation cache (conftest), which the
+  `jaxrl` commands of the blocks share: a program compiled by one page or command loads in the next.
 """
 
 from __future__ import annotations
@@ -116,9 +117,19 @@ RUNNABLE = [b for b in ALL_BLOCKS if b.kind and b.marker != "no-run"]
 SLOW_PAGES = sorted({b.page for b in RUNNABLE if b.trains and b.marker != "file"})
 
 DRIVER = r"""
-import json, os, subprocess, sys, traceback
+import json, os, resource, subprocess, sys, time, traceback
+if os.environ.get("JAXRL_COMPILE_CACHE"):  # the session's persistent cache (conftest), as the `jaxrl` commands use
+    from jaxrl.run.compile import enable_compilation_cache
+    enable_compilation_cache(os.environ["JAXRL_COMPILE_CACHE"])
 pages = json.load(open(sys.argv[1]))
 failures = []
+
+
+def cpu_s():
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 for page in pages:
     work = page["work"]
     os.makedirs(work, exist_ok=True)
@@ -126,6 +137,7 @@ for page in pages:
     sys.path.insert(0, work)
     namespace = {"__name__": "__main__"}
     for block in page["blocks"]:
+        start = cpu_s()
         try:
             if block["file"]:
                 path = os.path.join(work, block["file"])
@@ -140,6 +152,8 @@ for page in pages:
             print(f"FAILED {block['where']}: {error!r}", flush=True)
             traceback.print_exc()
             break
+        finally:
+            print(f"CPU-SECONDS {cpu_s() - start:6.1f} {block['where']}", flush=True)
     sys.path.remove(work)
 print("DOCS-FAILURES " + json.dumps(failures), flush=True)
 sys.stderr.flush()
@@ -188,6 +202,7 @@ def run_pages(pages: dict[Path, list[Block]], tmp_path: Path, timeout: float) ->
         text=True,
         timeout=timeout,
     )
+    print("\n".join(line for line in done.stdout.splitlines() if line.startswith("CPU-SECONDS")))
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
 
 
@@ -232,10 +247,12 @@ def test_quick_blocks_run(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", SLOW_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_page_runs_with_small_budgets(page, tmp_path):
-    """All runnable blocks of a page that trains, in document order, with budgets lowered to JAXRL_DOCS_TIMESTEPS."""
-    run_pages({page: [b for b in RUNNABLE if b.page == page]}, tmp_path, timeout=1800)
+def test_pages_run_with_small_budgets(tmp_path):
+    """All runnable blocks of every page that trains, in document order, with budgets lowered to
+    JAXRL_DOCS_TIMESTEPS: each page in a working folder and a namespace of its own, the pages in one process (one
+    JAX start, and a program that two pages compile, such as the README's and getting-started's, compiles once).
+    The output names each block that failed; a failure stops its page, not the others."""
+    run_pages({page: [b for b in RUNNABLE if b.page == page] for page in SLOW_PAGES}, tmp_path, timeout=2400)
 
 
 # ------------------------------------------------------------------------------------------- the generated pages

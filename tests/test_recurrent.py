@@ -92,10 +92,17 @@ RECURRENT_CORES = ["gru", "lstm", "lru", "gtrxl"]
 
 @pytest.fixture(scope="module", params=RECURRENT_CORES)
 def core_rollout(request):
+    """The TINY PPO of a core: its initial state (key 0) and one rollout from it (key 1), one compiled program.
+    The tests of the core share it: the learner's re-run, the shapes, the checkpoint."""
     config = dataclasses.replace(TINY, core=request.param)
     setup = ppo.setup(config)
-    state = jax.jit(lambda k: ppo.init(setup, config, k))(jax.random.key(0))
-    rollout = jax.jit(lambda s, k: setup.collect(config, s, k))(state, jax.random.key(1))
+
+    @jax.jit
+    def init_and_collect(init_key, rollout_key):
+        state = ppo.init(setup, config, init_key)
+        return state, setup.collect(config, state, rollout_key)
+
+    state, rollout = init_and_collect(jax.random.key(0), jax.random.key(1))
     out = (rollout.env, rollout.memory, rollout.traj, rollout.sequences)
     return setup.network, state, out
 
@@ -104,12 +111,13 @@ def core_rollout(request):
 def test_learner_rerun_of_the_core_gives_the_rollout_policy_and_values(core_rollout):
     network, state, (_, memory, traj, seqs) = core_rollout
     assert np.any(np.asarray(seqs.starts[1:])), "no episode ended inside the window: the test would not test resets"
-    hidden, dist, values = jax.jit(network.apply)(state.params, seqs.initial_hidden, traj.obs, seqs.starts)
+    rerun = jax.jit(network.apply)  # one program for both re-runs (with and without the resets)
+    hidden, dist, values = rerun(state.params, seqs.initial_hidden, traj.obs, seqs.starts)
     np.testing.assert_allclose(values, traj.values, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(dist.log_prob(traj.actions), traj.log_probs, rtol=1e-5, atol=1e-5)
     assert_trees_close(hidden, memory.hidden, rtol=1e-5, atol=1e-5)
     # without the resets the re-run differs: the starts matter
-    _, _, no_reset = jax.jit(network.apply)(state.params, seqs.initial_hidden, traj.obs, jnp.zeros_like(seqs.starts))
+    _, _, no_reset = rerun(state.params, seqs.initial_hidden, traj.obs, jnp.zeros_like(seqs.starts))
     assert not np.allclose(no_reset, traj.values, atol=1e-5)
 
 
@@ -252,11 +260,9 @@ def test_recurrent_impala_needs_the_value_critic():
     impala.validate(impala.Config(core="gru"))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("core", RECURRENT_CORES)
-def test_checkpoint_carries_the_hidden_state(tmp_path, core):
-    config = dataclasses.replace(TINY, core=core)
-    state = jax.jit(lambda k: ppo.init(ppo.setup(config), config, k))(jax.random.key(0))
+@pytest.mark.slow  # the fixture compiles a recurrent rollout
+def test_checkpoint_carries_the_hidden_state(tmp_path, core_rollout):
+    _, state, _ = core_rollout  # the TINY PPO state of each core
     state = state.replace(memory=state.memory.replace(hidden=jax.tree.map(lambda h: h + 0.5, state.memory.hidden)))
     checkpoint.save(tmp_path, 3, state, {}, {"run": "recurrent"})
     _, restored, _ = checkpoint.restore(tmp_path, jax.eval_shape(lambda: state), {"run": "recurrent"})
