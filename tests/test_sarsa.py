@@ -2,6 +2,7 @@
 next values and SARSA(lambda) targets against NumPy references and rlax, learning."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -21,18 +22,21 @@ TINY = sarsa.Config(
 )
 
 
+KEYS = jax.random.split(jax.random.key(0), 2)
+OTHER = dataclasses.replace(TINY, learning_rate=2e-3, q_lambda=0.5, epsilon_end=0.2)
+
+
 @pytest.fixture(scope="module")
 def runs():
-    """Separate runs (2 keys of TINY, TINY with other hyperparameters, Expected SARSA) and one vmapped program
-    holding the first three."""
-    keys = jax.random.split(jax.random.key(0), 2)
-    other = dataclasses.replace(TINY, learning_rate=2e-3, q_lambda=0.5, epsilon_end=0.2)
+    """Separate runs of one compiled program (2 keys of TINY, TINY with other hyperparameters: traced leaves)."""
     train = jax.jit(sarsa.train)
-    separate = [train(TINY, keys[0]), train(TINY, keys[1]), train(other, keys[1])]
-    configs = jax.tree.map(lambda *xs: jnp.stack(xs), TINY, TINY, other)
-    batched = jax.jit(jax.vmap(sarsa.train))(configs, jnp.stack([keys[0], keys[1], keys[1]]))
-    expected = train(dataclasses.replace(TINY, expected=True), keys[0])
-    return keys, train, separate, batched, expected
+    return train, [train(TINY, KEYS[0]), train(TINY, KEYS[1]), train(OTHER, KEYS[1])]
+
+
+@pytest.fixture(scope="module")
+def expected_run():
+    """Expected SARSA (a static switch: a program of its own) on TINY's first key."""
+    return jax.jit(sarsa.train)(dataclasses.replace(TINY, expected=True), KEYS[0])
 
 
 @pytest.mark.parametrize(
@@ -70,32 +74,41 @@ def test_registered_with_pqn_fields_and_its_own():
     assert "SARSA" in sarsa.Config.__dataclass_fields__["q_lambda"].metadata["help"]
 
 
+def check_metrics(state, metrics):
+    for name in ("episode_return", "episode_length", "episodes", "loss", "q_mean", "epsilon"):
+        assert metrics[name].shape == (TINY.num_iterations,), name
+    assert int(state.iteration) == TINY.num_iterations
+    assert np.all(np.isfinite(metrics["loss"]))
+    assert "LayerNorm_0" in state.params["params"]
+
+
 def test_metrics_are_per_iteration(runs):
-    _, _, separate, _, expected = runs
-    for state, metrics in (separate[0], expected):
-        for name in ("episode_return", "episode_length", "episodes", "loss", "q_mean", "epsilon"):
-            assert metrics[name].shape == (TINY.num_iterations,), name
-        assert int(state.iteration) == TINY.num_iterations
-        assert np.all(np.isfinite(metrics["loss"]))
-        assert "LayerNorm_0" in state.params["params"]
+    check_metrics(*runs[1][0])
+
+
+@pytest.mark.slow  # a second program
+def test_expected_sarsa_metrics_are_per_iteration_and_differ_from_sarsa(runs, expected_run):
+    check_metrics(*expected_run)
     # the two targets differ, so the runs do
-    assert not np.array_equal(separate[0][1]["loss"], expected[1]["loss"])
+    assert not np.array_equal(runs[1][0][1]["loss"], expected_run[1]["loss"])
 
 
 def test_same_key_same_result_different_key_different(runs):
-    keys, train, separate, _, _ = runs
-    assert_trees_close(train(TINY, keys[0]), separate[0], rtol=0, atol=0)
+    train, separate = runs
+    assert_trees_close(train(TINY, KEYS[0]), separate[0], rtol=0, atol=0)
     a, b = jax.tree.leaves(separate[0][0].params), jax.tree.leaves(separate[1][0].params)
     assert any(not np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 @pytest.mark.slow
 def test_vmap_over_seeds_and_hyperparameters_equals_separate_runs(runs):
-    keys, train, separate, batched, _ = runs
+    train, separate = runs
+    configs = jax.tree.map(lambda *xs: jnp.stack(xs), TINY, TINY, OTHER)
+    batched = jax.jit(jax.vmap(sarsa.train))(configs, jnp.stack([KEYS[0], KEYS[1], KEYS[1]]))
     for i, run in enumerate(separate):
         assert_trees_close(index(batched, i), run)
     before = train._cache_size()
-    train(dataclasses.replace(TINY, q_lambda=0.3), keys[0])
+    train(dataclasses.replace(TINY, q_lambda=0.3), KEYS[0])
     assert train._cache_size() == before
 
 
@@ -176,23 +189,24 @@ def test_sarsa_next_values_and_targets_match_numpy_on_a_hand_built_trajectory():
     np.testing.assert_allclose(next_v[1, 0], q_obs[2, 0, actions[2, 0]], rtol=1e-5)
 
 
-def collect(config, expected: bool, epsilon=0.4, seed=3):
-    """One rollout of `q_learning.collect` with SARSA's bootstrap (12-step time limit, so truncations happen) and the
-    action values a reference needs."""
+@functools.partial(jax.jit, static_argnums=1)
+def _collect(config, expected, epsilon, key):
     env = envs.make(config.env, config.num_envs, max_steps_in_episode=12)
     network = sarsa.setup(config).network
+    carry = rollout.reset(env, key)
+    params = network.init(key, carry.obs[:1])
+    next_values = None if expected else sarsa.on_policy_next_values
+    _, traj, targets = q_learning.collect(
+        config, env, network, params, epsilon, carry, key, sarsa.epsilon_greedy_value, next_values, True
+    )
+    return traj, targets, network.apply(params, traj.obs), network.apply(params, traj.next_obs)
 
-    @jax.jit
-    def run(key):
-        carry = rollout.reset(env, key)
-        params = network.init(key, carry.obs[:1])
-        next_values = None if expected else sarsa.on_policy_next_values
-        _, traj, targets = q_learning.collect(
-            config, env, network, params, epsilon, carry, key, sarsa.epsilon_greedy_value, next_values, True
-        )
-        return traj, targets, network.apply(params, traj.obs), network.apply(params, traj.next_obs)
 
-    traj, targets, q_obs, q_next = jax.tree.map(np.asarray, run(jax.random.key(seed)))
+def collect(config, expected: bool, epsilon=0.4, seed=3):
+    """One rollout of `q_learning.collect` with SARSA's bootstrap (12-step time limit, so truncations happen) and the
+    action values a reference needs (config's numbers are traced: the tests below share a program per `expected`)."""
+    out = _collect(config, expected, jnp.float32(epsilon), jax.random.key(seed))
+    traj, targets, q_obs, q_next = jax.tree.map(np.asarray, out)
     assert traj.terminated.any() and (traj.truncated & ~traj.terminated).any()
     return traj, targets, q_obs.astype(np.float64), q_next.astype(np.float64)
 

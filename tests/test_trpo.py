@@ -17,13 +17,14 @@ from jaxrl.networks import ActorCritic, MLPTorso
 TINY = trpo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, vf_minibatches=2, hidden_sizes=(16,))
 
 
+KEYS = jax.random.split(jax.random.key(0), 2)
+
+
 @pytest.fixture(scope="module")
 def tiny_runs():
-    keys = jax.random.split(jax.random.key(0), 2)
-    batched = jax.jit(jax.vmap(trpo.make_train(TINY)))(keys)
+    """Separate runs of TINY on 2 keys, one compiled program."""
     train = jax.jit(trpo.train)
-    separate = [train(TINY, k) for k in keys]
-    return separate, batched
+    return [train(TINY, k) for k in KEYS]
 
 
 @pytest.mark.parametrize(
@@ -161,8 +162,7 @@ def test_line_search_takes_the_first_accepted_fraction_or_stays():
 
 
 def test_metrics_are_per_iteration(tiny_runs):
-    separate, _ = tiny_runs
-    state, metrics = separate[0]
+    state, metrics = tiny_runs[0]
     for name in ("episode_return", "episodes", "kl", "surrogate_improvement", "step_fraction", "value_loss"):
         assert metrics[name].shape == (TINY.num_iterations,), name
     assert int(state.iteration) == TINY.num_iterations
@@ -172,9 +172,10 @@ def test_metrics_are_per_iteration(tiny_runs):
     assert np.all(np.isfinite(metrics["value_loss"]))
 
 
+@pytest.mark.slow  # a second program
 def test_vmap_over_keys_equals_separate_runs(tiny_runs):
-    separate, batched = tiny_runs
-    for i, run in enumerate(separate):
+    batched = jax.jit(jax.vmap(trpo.make_train(TINY)))(KEYS)
+    for i, run in enumerate(tiny_runs):
         assert_trees_close(index(batched, i), run, rtol=1e-4, atol=1e-5)
 
 
@@ -196,12 +197,8 @@ def _final_returns(config, last):
     return np.nanmean(np.asarray(metrics["episode_return"])[:, -last:], axis=1)
 
 
-@pytest.mark.slow
-def test_trpo_learns_cartpole():
-    """Defaults (16 envs x 128 steps, max_kl 0.01, 1.5e5 steps): 3 seeds vmapped, mean return of the last 5
-    iterations' episodes >= 450 on every seed (measured: 500, 500, 500)."""
-    final = _final_returns(trpo.Config(), 5)
-    assert (final >= 450).all(), final
+# Learning CartPole with the defaults (3 seeds, every one >= 450) is checked on the first third of the 3x stability
+# run: tests/test_stability.py (LEARNS), one program for both checks.
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 against NumPy; the trust region holding on a fixed batch; shapes; validation; vmap over seeds; learning CartPole."""
 
 import dataclasses
+import functools
 
 import chex
 import distrax
@@ -134,9 +135,8 @@ def test_losses_check_shapes():
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def m_steps(config, steps: int):
-    """`steps` full-batch V-MPO steps on one fixed rollout (fixed advantages, fixed pi_old); returns the stats
-    of the last step and the exact mean KL(pi_old || pi) at the end."""
+@functools.partial(jax.jit, static_argnums=1)
+def _m_steps(config, steps: int):
     setup = vmpo.setup(config)
     network = setup.network
     state = vmpo.init(setup, config, jax.random.key(0))
@@ -151,10 +151,15 @@ def m_steps(config, steps: int):
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (jax.tree.map(jnp.add, params, updates), opt_state), stats
 
-    (params, _), stats = jax.jit(lambda p, o: jax.lax.scan(step, (p, o), None, length=steps))(
-        state.params, state.opt_state
-    )
-    return jax.tree.map(lambda x: np.asarray(x[-100:]), stats)
+    _, stats = jax.lax.scan(step, (state.params, state.opt_state), None, length=steps)
+    return jax.tree.map(lambda x: x[-100:], stats)
+
+
+def m_steps(config, steps: int):
+    """`steps` full-batch V-MPO steps on one fixed rollout (fixed advantages, fixed pi_old); returns the stats
+    of the last 100 steps (their "kl": the exact mean KL(pi_old || pi)). The bounds are traced leaves of the
+    config: one compiled program per env serves every bound below."""
+    return jax.tree.map(np.asarray, _m_steps(config, steps))
 
 
 FIXED = dict(num_envs=8, num_steps=32, total_timesteps=8 * 32, anneal_lr=False, hidden_sizes=(32, 32))
@@ -246,8 +251,9 @@ def test_vmap_over_keys_equals_separate_runs():
 
 @pytest.mark.slow
 def test_learns_cartpole():
-    """Defaults (16 envs x 64 steps, 4 x 4 minibatches), 3 seeds x 2e5 steps vmapped: final return >= 350 mean."""
-    config = vmpo.Config(env="CartPole-v1", total_timesteps=200_000)
+    """Defaults (16 envs x 64 steps, 4 x 4 minibatches), 3 seeds x 1e5 steps vmapped: final return >= 350 mean
+    (measured: 500, 500, 500; two more seeds, jax.random.split(key(1), 2): 412, 497)."""
+    config = vmpo.Config(env="CartPole-v1", total_timesteps=100_000)
     _, metrics = jax.jit(jax.vmap(vmpo.make_train(config)))(jax.random.split(jax.random.key(0), 3))
     final = final_return(np.asarray(metrics["episode_return"]))
     assert np.nanmean(final) >= 350.0, final
