@@ -417,3 +417,29 @@ def test_population_over_two_processes_equals_one_process_on_two_devices(tmp_pat
     for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
         assert proc.returncode == 0, f"resume, process {i}:\n{output[-3000:]}"
     assert_same_population(cut, two)
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_one_process_stops_a_population_at_a_ready_block(tmp_path, cache):
+    """SIGINT to process 1 alone while a 2-process `jaxrl pbt` trains (one ready block per chunk): both processes
+    stop at the same chunk boundary (exit 130), and process 0's checkpoint holds every member's iterations up to
+    that boundary, which lineage.csv shows too."""
+    import signal
+
+    out = tmp_path / "cut"
+    long = [*PBT[: PBT.index("--total-timesteps") + 1], str(4 * 16 * 400), *PBT[PBT.index("--total-timesteps") + 2 :]]
+    long[long.index("--chunks") + 1] = "200"  # 400 iterations: 200 chunks of one ready block
+    procs = launch(train_processes(*long, own=lambda i: ["--out", str(tmp_path / "p1" if i else out)]), tmp_path, cache)
+    deadline = time.monotonic() + TIMEOUT_S
+    lineage = out / "lineage.csv"
+    while not lineage.exists() or len(lineage.read_text().splitlines()) < 1 + 3 * 4:  # 3 ready blocks went by
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            break
+        time.sleep(0.05)
+    procs[1].send_signal(signal.SIGINT)
+    outputs = wait_all(procs, max(10.0, deadline - time.monotonic()))
+    assert [p.returncode for p in procs] == [130, 130], "\n---\n".join(o[-2000:] for o in outputs)
+    done, *_ = population_checkpoint(out)
+    assert done is not None and 6 <= done < 400 and done % 2 == 0, done  # 3 ready blocks or more, whole blocks
+    steps = {int(row["iteration"]) for row in csv.DictReader(open(lineage))}
+    assert max(steps) == done, (sorted(steps), done)

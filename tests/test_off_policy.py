@@ -1,6 +1,6 @@
 """DDPG, TD3 and SAC (the family module `jaxrl.algos.families.off_policy` and its networks): config validation, metrics,
 determinism, vmap over seeds and hyperparameters, Polyak targets, TD3's policy delay, SAC's temperature, the
-squashed-Gaussian log-probability and action scaling (learning Pendulum: tests/test_stability.py)."""
+squashed-Gaussian log-probability and action scaling, and learning Pendulum with the defaults."""
 
 import functools
 import types
@@ -305,5 +305,16 @@ def test_actions_are_scaled_to_the_env_bounds():
             np.testing.assert_allclose(jax.jit(act)(obs, jax.random.key(2)), 2.0 * u, rtol=1e-6, atol=1e-6)
 
 
-# Learning Pendulum with the defaults (3 seeds, mean final return >= -250) is checked on the first third of each
-# algorithm's 3x stability run: tests/test_stability.py (LEARNS), one program for both checks.
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(ALGOS))
+def test_defaults_learn_pendulum(name):
+    """The default Config (Pendulum-v1, 4 envs x 4 steps and 16 gradient steps of batch 128 per iteration, i.e. one
+    gradient step per env step; 20k env steps per seed after 1k uniformly random ones; 64x64 networks) on 3 seeds
+    vmapped: the mean over the seeds of each seed's mean return of the episodes in the last 10% of iterations is
+    >= -250 (random play: about -1200; measured, benchmarks/results/spectrum_continuous.json: -142 DDPG, -146 TD3,
+    -140 SAC)."""
+    module = ALGOS[name]
+    _, metrics = jax.jit(jax.vmap(module.make_train(module.Config())))(jax.random.split(jax.random.key(0), 3))
+    returns = np.asarray(metrics["episode_return"])
+    final = np.nanmean(returns[:, -returns.shape[1] // 10 :], axis=1)
+    assert final.mean() >= -250, final

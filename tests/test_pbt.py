@@ -364,6 +364,28 @@ def test_program_evaluates_members_and_ranks_them_by_evaluation_returns(eval_run
 
 
 @pytest.mark.slow
+def test_evaluations_less_often_than_ready_steps_fall_on_multiples_of_eval_every(pbt_run):
+    """eval_every = 2 x ready (fitness by training return): the members are evaluated after iteration 4 only, with
+    the numbers an evaluation after every ready step (eval_every = ready) gives there, and NaN elsewhere; the
+    evaluation takes nothing from training: states, metrics and lineage are those of the run without one."""
+    sparse = dataclasses.replace(PBT, eval_every=2 * PBT.ready, eval_episodes=EPISODES)
+    dense = dataclasses.replace(sparse, eval_every=PBT.ready)
+    (states, metrics, lineage), (_, every_ready, _) = (
+        jax.jit(pbt.make_pbt(CONFIG, settings))(jax.random.key(0)) for settings in (sparse, dense)
+    )
+    evaluated = np.asarray(metrics["eval_return"])  # [P, iterations 1..5]
+    assert np.isfinite(evaluated[:, 3]).all() and np.isnan(np.delete(evaluated, 3, axis=1)).all()
+    np.testing.assert_array_equal(evaluated[:, 3], np.asarray(every_ready["eval_return"])[:, 3])
+    assert np.isnan(lineage.eval_return[0]).all()
+    np.testing.assert_array_equal(lineage.eval_return[1], evaluated[:, 3])  # ready steps after iterations 2 and 4
+    plain_states, plain_metrics, plain_lineage = pbt_run[0]
+    assert_trees_equal(states, plain_states)
+    assert_trees_equal({n: metrics[n] for n in plain_metrics}, plain_metrics)
+    np.testing.assert_array_equal(lineage.parent, plain_lineage.parent)
+    np.testing.assert_array_equal(lineage.fitness, plain_lineage.fitness)
+
+
+@pytest.mark.slow
 def test_evaluation_keys_never_meet_training_keys(eval_run):
     """The members' evaluation keys (and every `fold_in` of them a run plays) against the training keys the run
     derives: the population, member and exploit/explore keys, each ready step's and each member's key before and
@@ -425,10 +447,11 @@ def test_population_folder_reads_as_a_run_folder(pbt_run, tmp_path):
         ({"fitness_window": 3}, r"fitness_window: got 3"),
         ({"perturb_factors": ()}, r"perturb_factors"),
         ({"resample_probability": 1.5}, r"resample_probability"),
-        ({"eval_every": 3, "ready": 4}, r"eval_every: got 3, must divide ready = 4"),
+        ({"eval_every": 3, "ready": 4}, r"eval_every: got 3, must divide ready = 4 or be a multiple of it"),
         ({"eval_every": -1}, r"eval_every: got -1"),
         ({"eval_every": 2, "eval_episodes": 0}, r"eval_episodes: got 0"),
-        ({"fitness": "eval"}, r"fitness: 'eval' ranks members by their evaluation return, which needs eval_every"),
+        ({"fitness": "eval"}, r"fitness: 'eval' ranks members by their evaluation return at every ready step"),
+        ({"fitness": "eval", "eval_every": 4}, r"needs eval_every to divide ready = 2 .* got eval_every = 4"),
         ({"fitness": "best"}, r"fitness: got 'best'"),
         ({"fitness": "eval", "eval_every": 2, "fitness_window": 1}, r"fitness_window: .* leave it None"),
     ],

@@ -197,8 +197,12 @@ def _final_returns(config, last):
     return np.nanmean(np.asarray(metrics["episode_return"])[:, -last:], axis=1)
 
 
-# Learning CartPole with the defaults (3 seeds, every one >= 450) is checked on the first third of the 3x stability
-# run: tests/test_stability.py (LEARNS), one program for both checks.
+@pytest.mark.slow
+def test_trpo_defaults_learn_cartpole():
+    """The default Config (CartPole-v1, 16 envs x 128 steps, max_kl 0.01, 1.5e5 steps), 3 seeds vmapped: mean
+    return of the last 5 iterations' episodes >= 450 on every seed (measured: 500, 500, 500)."""
+    final = _final_returns(trpo.Config(), 5)
+    assert (final >= 450).all(), final
 
 
 @pytest.mark.slow

@@ -49,7 +49,7 @@ class PBTConfig:
     perturbation. fitness_window: iterations of mean episode return a member's fitness averages (1 to ready;
     None: ready). keep_base: member 0 starts from the given Config's values (the others are drawn from the
     priors); False draws every member.
-    eval_every: every `eval_every` iterations (a divisor of ready; 0: never) each member plays `eval_episodes`
+    eval_every: every `eval_every` iterations (a divisor or a multiple of ready; 0: never) each member plays `eval_episodes`
     fresh episodes with its deterministic policy inside the program, on the run's evaluation key stream
     (`eval_return`, `eval_length` and `eval_finished` among the metrics, NaN at the other iterations).
     fitness: what ranks the members at a ready step: "return", the mean episode return over the last
@@ -155,11 +155,11 @@ def validate(config, pbt: PBTConfig) -> dict[str, Prior]:
     if not (isinstance(window, int) and 1 <= window <= pbt.ready):
         raise ValueError(f"PBTConfig.fitness_window: got {window!r}, must be 1 to ready = {pbt.ready}.")
     if not (isinstance(pbt.eval_every, int) and not isinstance(pbt.eval_every, bool) and pbt.eval_every >= 0) or (
-        pbt.eval_every and pbt.ready % pbt.eval_every
+        pbt.eval_every and pbt.ready % pbt.eval_every and pbt.eval_every % pbt.ready
     ):
         raise ValueError(
-            f"PBTConfig.eval_every: got {pbt.eval_every!r}, must divide ready = {pbt.ready} (evaluations fall on "
-            "every ready step), or 0 for no evaluation."
+            f"PBTConfig.eval_every: got {pbt.eval_every!r}, must divide ready = {pbt.ready} or be a multiple of it "
+            "(evaluations fall on ready steps), or 0 for no evaluation."
         )
     if pbt.eval_every and not (
         isinstance(pbt.eval_episodes, int) and not isinstance(pbt.eval_episodes, bool) and pbt.eval_episodes >= 1
@@ -167,10 +167,10 @@ def validate(config, pbt: PBTConfig) -> dict[str, Prior]:
         raise ValueError(f"PBTConfig.eval_episodes: got {pbt.eval_episodes!r}, eval_every needs at least 1 episode.")
     if pbt.fitness not in FITNESS:
         raise ValueError(f"PBTConfig.fitness: got {pbt.fitness!r}, use one of {', '.join(map(repr, FITNESS))}.")
-    if pbt.fitness == "eval" and not pbt.eval_every:
+    if pbt.fitness == "eval" and not (pbt.eval_every and pbt.ready % pbt.eval_every == 0):
         raise ValueError(
-            "PBTConfig.fitness: 'eval' ranks members by their evaluation return, which needs eval_every > 0 "
-            f"(a divisor of ready = {pbt.ready}, e.g. eval_every = ready)."
+            "PBTConfig.fitness: 'eval' ranks members by their evaluation return at every ready step, which needs "
+            f"eval_every to divide ready = {pbt.ready} (e.g. eval_every = ready); got eval_every = {pbt.eval_every}."
         )
     if pbt.fitness == "eval" and pbt.fitness_window is not None:
         raise ValueError(

@@ -29,7 +29,8 @@ def eval_stream(key: jax.Array, population: int) -> jax.Array:
 def _parts(config, pbt: PBTConfig):
     """(init, iterations, block_of) of the population: `init(c, k)` one member's TrainState; `iterations(states,
     configs, length, start, eval_keys)` `length` vmapped iterations from iteration `start` (a multiple of
-    `eval_every`), each member evaluated after every `eval_every`-th; `block_of(eval_keys)` the scan body
+    `eval_every`, or of ready where `eval_every` is a multiple of ready), each member evaluated after every
+    iteration that is a multiple of `eval_every`; `block_of(eval_keys)` the scan body
     `block(carry, (step_key, fire, index))`: ready block `index`'s iterations then the exploit/explore step
     (skipped where `fire` is False), its record (fitness, rank, exploited, parent, hyperparameters before and
     after, evaluation return or None)."""
@@ -62,8 +63,22 @@ def _parts(config, pbt: PBTConfig):
     def iterations(states, configs, length, start=0, eval_keys=None):
         if not every:
             return plain(states, configs, length)
-        pieces, rest = divmod(length, every)
         size = eval_keys.shape[0]
+        if every > pbt.ready:  # a multiple of ready: the last iteration is evaluated where it is a multiple of every
+            states, trained = plain(states, configs, length)
+            end = start + length
+
+            def evaluated(states):
+                scores = evaluate_members(states, configs, eval_keys, end)
+                return {n: scores[n].astype(jnp.float32) for n in EVAL_METRICS}
+
+            def blank(states):
+                return {n: jnp.full((size,), jnp.nan, jnp.float32) for n in EVAL_METRICS}
+
+            last = jax.lax.cond(end % every == 0, evaluated, blank, states)
+            nans = jnp.full((length - 1, size), jnp.nan, jnp.float32)
+            return states, {**trained, **{n: jnp.concatenate([nans, last[n][None]]) for n in EVAL_METRICS}}
+        pieces, rest = divmod(length, every)
         metrics, scores = [], []
         if pieces:
 
@@ -89,7 +104,7 @@ def _parts(config, pbt: PBTConfig):
             step_key, fire, index = xs
             states, configs = carry
             states, metrics = iterations(states, configs, pbt.ready, index * pbt.ready, eval_keys)
-            # eval_every divides ready: the block's last iteration is evaluated
+            # the block's last iteration: evaluated where eval_every divides ready, else NaN between evaluations
             evaluated = metrics[EVAL_FITNESS_METRIC][-1] if every else None
             fitness = block_fitness(metrics, pbt)
             before = {n: getattr(configs, n) for n in names}
