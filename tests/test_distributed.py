@@ -322,24 +322,29 @@ def test_train_over_two_processes_fails_together(tmp_path, cache):
     print(f"both processes stopped after {time.monotonic() - start:.1f} s")
 
 
-@pytest.mark.slow
-def test_ctrl_c_in_one_process_stops_both_at_a_chunk_boundary(tmp_path, cache):
-    """SIGINT to process 1 alone while a 2-process run trains: both processes stop at the same chunk boundary
-    (exit 130) and process 0 writes the checkpoint of the iterations every process completed."""
+def interrupt_process_1_once(procs, csv_path, lines: int) -> None:
+    """SIGINT to process 1 once `csv_path` has `lines` lines (or a process ended, or the deadline passed); then
+    both processes exit 130, or the test fails."""
     import signal
 
-    run_dir = tmp_path / "cut"
-    long = train_flags(iterations=1000, chunks=500, checkpoint_every=1000)
-    procs = launch(train_processes(*long, "--run-dir", str(run_dir)), tmp_path, cache)
     deadline = time.monotonic() + TIMEOUT_S
-    metrics = run_dir / "metrics.csv"
-    while not metrics.exists() or len(metrics.read_text().splitlines()) < 9:  # a few chunks went by
+    while not csv_path.exists() or len(csv_path.read_text().splitlines()) < lines:
         if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
             break
         time.sleep(0.05)
     procs[1].send_signal(signal.SIGINT)
     outputs = wait_all(procs, max(10.0, deadline - time.monotonic()))
     assert [p.returncode for p in procs] == [130, 130], "\n---\n".join(o[-2000:] for o in outputs)
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_one_process_stops_both_at_a_chunk_boundary(tmp_path, cache):
+    """SIGINT to process 1 alone while a 2-process run trains: both processes stop at the same chunk boundary
+    (exit 130) and process 0 writes the checkpoint of the iterations every process completed."""
+    run_dir = tmp_path / "cut"
+    long = train_flags(iterations=1000, chunks=500, checkpoint_every=1000)
+    procs = launch(train_processes(*long, "--run-dir", str(run_dir)), tmp_path, cache)
+    interrupt_process_1_once(procs, run_dir / "metrics.csv", 9)  # a few chunks went by
     from jaxrl.run import checkpoint
 
     done = checkpoint.latest_iteration(run_dir / "checkpoints")
@@ -424,21 +429,12 @@ def test_ctrl_c_in_one_process_stops_a_population_at_a_ready_block(tmp_path, cac
     """SIGINT to process 1 alone while a 2-process `jaxrl pbt` trains (one ready block per chunk): both processes
     stop at the same chunk boundary (exit 130), and process 0's checkpoint holds every member's iterations up to
     that boundary, which lineage.csv shows too."""
-    import signal
-
     out = tmp_path / "cut"
     long = [*PBT[: PBT.index("--total-timesteps") + 1], str(4 * 16 * 400), *PBT[PBT.index("--total-timesteps") + 2 :]]
     long[long.index("--chunks") + 1] = "200"  # 400 iterations: 200 chunks of one ready block
     procs = launch(train_processes(*long, own=lambda i: ["--out", str(tmp_path / "p1" if i else out)]), tmp_path, cache)
-    deadline = time.monotonic() + TIMEOUT_S
     lineage = out / "lineage.csv"
-    while not lineage.exists() or len(lineage.read_text().splitlines()) < 1 + 3 * 4:  # 3 ready blocks went by
-        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-            break
-        time.sleep(0.05)
-    procs[1].send_signal(signal.SIGINT)
-    outputs = wait_all(procs, max(10.0, deadline - time.monotonic()))
-    assert [p.returncode for p in procs] == [130, 130], "\n---\n".join(o[-2000:] for o in outputs)
+    interrupt_process_1_once(procs, lineage, 1 + 3 * 4)  # 3 ready blocks went by
     done, *_ = population_checkpoint(out)
     assert done is not None and 6 <= done < 400 and done % 2 == 0, done  # 3 ready blocks or more, whole blocks
     steps = {int(row["iteration"]) for row in csv.DictReader(open(lineage))}
