@@ -95,7 +95,7 @@ def markdown(record: dict) -> str:
     for r in record["rows"]:
         per_seed = ", ".join(f"{x:.2f}" for x in r["greedy_return_per_seed"])
         lines.append(
-            f"| {r.get('algo', 'ppo')} | {r['env']} | {r['core']} | {r['num_steps']} | {r['steps']} x {r['seeds']} | {per_seed} | "
+            f"| {r['algo']} | {r['env']} | {r['core']} | {r['num_steps']} | {r['steps']} x {r['seeds']} | {per_seed} | "
             f"{r['greedy_return_mean']:.2f} | {r['compile_s']} | {r['run_s']} | {r['load_average_1min']} | "
             f"{r['date']} |"
         )
@@ -103,7 +103,7 @@ def markdown(record: dict) -> str:
 
 
 def key(r: dict) -> tuple:
-    return r.get("algo", "ppo"), r["env"], r["core"], r["steps"], r["num_steps"]
+    return r["algo"], r["env"], r["core"], r["steps"], r["num_steps"]
 
 
 def merge(path: Path, rows: list[dict]) -> dict:

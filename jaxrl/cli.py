@@ -203,8 +203,9 @@ PBT_FLAGS = [
         " with its own settings")),
     ("--tensorboard", dict(action="store_true", help="also write TensorBoard event files: one run per member"
         " (training metrics, fitness, rank, parent, hyperparameters) and one for the population")),
-    ("--eval-every", dict(type=_number, default=None, metavar="K", help="every K iterations (a divisor or a multiple of --ready)"
-        " each member plays --eval-episodes fresh episodes with its deterministic policy, inside the compiled program"
+    ("--eval-every", dict(type=_number, default=None, metavar="K", help="every K iterations (a divisor or a"
+        " multiple of --ready) each member plays --eval-episodes fresh episodes with its deterministic policy,"
+        " inside the compiled program"
         " (eval_return in metrics.csv, lineage.csv and TensorBoard; default 0: never)")),
     ("--fitness", dict(default=None, choices=["return", "eval"], help="what ranks the members at a ready step: the"
         " mean episode return of the last ready iterations (return, the default) or the evaluation return of that"

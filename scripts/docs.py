@@ -501,12 +501,12 @@ def memory() -> str:
     order = ["gru", "lstm", "lru", "gtrxl", "none"]
     algos = ["ppo", "pqn"]
     rows = sorted(
-        data["rows"], key=lambda r: (algos.index(r.get("algo", "ppo")), _memory_length(r["env"]), order.index(r["core"]))
+        data["rows"], key=lambda r: (algos.index(r["algo"]), _memory_length(r["env"]), order.index(r["core"]))
     )
     body = table(
         rows,
         [
-            ("algorithm", lambda r: r.get("algo", "ppo").upper()),
+            ("algorithm", lambda r: r["algo"].upper()),
             ("length", lambda r: _memory_length(r["env"])),
             ("core", lambda r: "MLP" if r["core"] == "none" else r["core"]),
             ("rollout", lambda r: r["num_steps"]),
@@ -521,9 +521,10 @@ def memory() -> str:
         "# Memory cores\n\nPPO and PQN with each memory core (`core=`) on bsuite's memory chain "
         "(`MemoryChain-bsuite-L<n>`, memory length n): a context bit is shown at the first step only and must be reported after "
         "n more steps, so the greedy return is 1 for a policy that remembers and 0 in expectation for one "
-        "that does not. Each row trains the algorithm's `MemoryChain-bsuite` preset (64 core units) on 4 seeds vmapped in "
-        "one program, then plays the greedy policy on 64 fresh episodes per seed "
-        "(`python -m benchmarks.memory_cores --algo ppo|pqn`). Seconds are comparable only between rows at a similar load. "
+        "that does not. Each row trains the algorithm's `MemoryChain-bsuite` preset (64 core units) on 4 seeds "
+        "vmapped in one program, then plays the greedy policy on 64 fresh episodes per seed "
+        "(`python -m benchmarks.memory_cores --algo ppo|pqn`). Seconds are comparable only between rows at a "
+        "similar load. "
         "Which core to pick: [Algorithms](../algorithms/index.md).\n\n" + machine(data) + "\n" + body
         + notes("memory")
     )

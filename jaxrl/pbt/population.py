@@ -49,8 +49,8 @@ class PBTConfig:
     perturbation. fitness_window: iterations of mean episode return a member's fitness averages (1 to ready;
     None: ready). keep_base: member 0 starts from the given Config's values (the others are drawn from the
     priors); False draws every member.
-    eval_every: every `eval_every` iterations (a divisor or a multiple of ready; 0: never) each member plays `eval_episodes`
-    fresh episodes with its deterministic policy inside the program, on the run's evaluation key stream
+    eval_every: every `eval_every` iterations (a divisor or a multiple of ready; 0: never) each member plays
+    `eval_episodes` fresh episodes with its deterministic policy inside the program, on the run's evaluation key stream
     (`eval_return`, `eval_length` and `eval_finished` among the metrics, NaN at the other iterations).
     fitness: what ranks the members at a ready step: "return", the mean episode return over the last
     `fitness_window` iterations, or "eval", the evaluation return of that iteration (needs eval_every).
