@@ -22,6 +22,7 @@ COMPILE_CACHE = os.environ[CACHE_ENV]
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 from jaxrl.render import prefer_offscreen_gl  # noqa: E402
 from jaxrl.run.compile import enable_compilation_cache  # noqa: E402
@@ -30,6 +31,49 @@ enable_compilation_cache(COMPILE_CACHE)
 # MuJoCo (Brax, Playground) draws off screen where it can (`jaxrl render` does the same): set before any test module
 # imports mujoco
 prefer_offscreen_gl()
+
+
+EXTENDED = "extended"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--extended",
+        action="store_true",
+        help="also run the extended tier: the breadth checks beyond the default suite (every environment suite, "
+        "every algorithm over 2 devices and 2 processes, every memory core learning, the documentation's "
+        "training pages)",
+    )
+
+
+def _named(item, config):
+    """Whether the command line names the item's file or the item itself (not only a folder above it)."""
+    for arg in config.args:
+        path, _, rest = arg.partition("::")
+        if path.endswith(".py") and os.path.exists(path) and os.path.samefile(path, item.path):
+            return not rest or item.nodeid.split("::", 1)[1].startswith(rest)
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Extended-tier tests are slow tests too (the quick tier never holds them); they run with `--extended`, with
+    `-m` naming the marker, or when the command line names their file or themselves."""
+    wanted = config.getoption("--extended") or EXTENDED in (config.getoption("markexpr") or "")
+    kept, left = [], []
+    for item in items:
+        extended = item.get_closest_marker(EXTENDED) is not None
+        if extended:
+            item.add_marker(pytest.mark.slow)
+        (left if extended and not wanted and not _named(item, config) else kept).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
+
+def pytest_report_header(config):
+    if not config.getoption("--extended"):
+        return "extended tier: not run (--extended runs it as well)"
 
 
 def pytest_unconfigure(config):

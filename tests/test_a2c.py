@@ -104,7 +104,7 @@ def test_n_step_to_the_window_end_equals_gae_with_lambda_one():
     np.testing.assert_allclose(one_step, td, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_metrics_are_per_iteration(tiny_runs):
     separate, _ = tiny_runs
     state, metrics = separate[0]
@@ -151,7 +151,7 @@ def test_annealed_learning_rate_is_constant_within_an_iteration():
     np.testing.assert_allclose(rates, expected, rtol=1e-4)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_a2c_learns_cartpole():
     """Defaults (16 envs x 5 steps, RMSprop 7e-4, 3e5 steps), 3 seeds vmapped: mean return over the last 200
     iterations >= 400 on every seed (measured over the last 187: 467, 497, 495)."""

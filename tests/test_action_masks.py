@@ -179,7 +179,7 @@ def test_ppo_never_picks_a_masked_action():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", [dqn, pqn], ids=["dqn", "pqn"])
+@pytest.mark.parametrize("algo", [dqn, pytest.param(pqn, marks=pytest.mark.extended)], ids=["dqn", "pqn"])
 def test_q_learning_never_picks_a_masked_action(algo):
     """DQN and PQN trained briefly on MaskedChoice: epsilon-greedy rollouts at epsilon 1, 0.5 and 0 (uniform
     exploration among the valid actions only, greedy in the masked values) and the evaluation policy (greedy and
@@ -212,7 +212,7 @@ def test_q_learning_never_picks_a_masked_action(algo):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # Snake's step compiles for 30-80 s on this CPU
+@pytest.mark.extended  # Snake's step compiles for 30-80 s on this CPU
 def test_jumanji_snake_mask_is_the_suites_own_and_ppo_respects_it():
     """Snake-v1 6x6: the spec declares the mask; over 4 envs x 100 steps of an untrained PPO policy the last 4
     observation entries equal Jumanji's own `State.action_mask` of the returned (auto-reset) state and
@@ -244,7 +244,7 @@ def test_jumanji_snake_mask_is_the_suites_own_and_ppo_respects_it():
     assert_valid(obs, actions)
 
 
-@pytest.mark.slow  # 45 s: three more networks compiled (the quick tier keeps PPO's and DQN's checks)
+@pytest.mark.extended  # 45 s: three more networks compiled (the quick tier keeps PPO's and DQN's checks)
 @pytest.mark.parametrize(
     "algo, overrides",
     [(ppo, {"core": "gru"}), (pqn, {"core": "gru"}), (impala, {"critic": "q"})],

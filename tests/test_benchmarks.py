@@ -51,7 +51,7 @@ def spec(algo, config, curve=False):
     }
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_jaxrl_worker_throughput_fields():
     result = jaxrl_worker.run(spec("ppo", TINY_PPO))
     assert result["library"] == "jaxrl" and result["algo"] == "ppo"
@@ -135,7 +135,7 @@ def test_env_steps_final_return_and_compact_json(tmp_path):
     assert json.loads(path.read_text())["array"] == [1.0, 1.0]
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_gpu_bench_tiny():
     row = gpu.bench(num_envs=4, seeds=2, num_steps=8, iterations=1, repeats=1)
     assert row["steps"] == 2 * 4 * 8
@@ -144,7 +144,7 @@ def test_gpu_bench_tiny():
     assert gpu.device_info()["device_kind"]
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_rejax_worker_in_its_venv():
     python = ROOT / "benchmarks" / ".venv-rejax" / "bin" / "python"
     if not python.exists():
@@ -165,7 +165,7 @@ def test_rejax_worker_in_its_venv():
         assert result["library"] == "rejax" and result["env_steps"] == 64 and result["steps_per_s"] > 0
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_jaxrl_worker_curve_as_subprocess():
     done = subprocess.run(
         [

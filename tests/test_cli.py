@@ -93,7 +93,7 @@ def test_sweep_command_writes_results_summary_and_plot(tmp_path, capsys):
     assert (tmp_path / "t.png").stat().st_size > 10_000
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_a_quiet_sweep_prints_its_summary_alone(tmp_path, capsys):
     argv = f"sweep ppo {TINY} --grid learning_rate=1e-3 --seeds 1 --out {tmp_path / 'sweep'} --quiet"
     assert cli.main(argv.split()) == 0
@@ -263,7 +263,7 @@ def test_an_error_before_any_run_imports_no_jax():
     assert "invalid choice: 'PPO'" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_quiet_leaves_the_summary_alone_on_a_terminal(tmp_path, monkeypatch, capsys):
     """On a terminal `jaxrl train` shows status lines and the progress bar; with --quiet neither: stderr stays
     empty and stdout holds the summary. (--no-progress hides the bar alone: see the cache hit test.)"""

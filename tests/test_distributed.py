@@ -175,7 +175,7 @@ def test_two_processes_equal_one(cli_run):
     assert [float(r["learning_rate"]) for r in summary] == pytest.approx(LEARNING_RATES)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_two_processes_gather_final_states(cli_run, cache, tmp_path):
     """The Python API under jax.distributed: both processes get every run's metrics and final state (PRNG
     keys included), equal to the single-process sweep."""
@@ -259,7 +259,7 @@ def final_state(run_dir):
     return state
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_train_over_two_processes_writes_one_run_folder(tmp_path, cache):
     """`jaxrl train ppo ... --coordinator --num-processes 2 --process-id i` (1 CPU device per process) trains
     ONE policy: process 0 alone writes the run folder (one metrics row per seed and iteration, no lock left,
@@ -337,7 +337,7 @@ def interrupt_process_1_once(procs, csv_path, lines: int) -> None:
     assert [p.returncode for p in procs] == [130, 130], "\n---\n".join(o[-2000:] for o in outputs)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_ctrl_c_in_one_process_stops_both_at_a_chunk_boundary(tmp_path, cache):
     """SIGINT to process 1 alone while a 2-process run trains: both processes stop at the same chunk boundary
     (exit 130) and process 0 writes the checkpoint of the iterations every process completed."""
@@ -389,7 +389,7 @@ def assert_same_population(got, want):
     assert_trees_close(saved, want_saved, rtol=0, atol=0)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_population_over_two_processes_equals_one_process_on_two_devices(tmp_path, cache):
     """`jaxrl pbt ppo ... --coordinator --num-processes 2 --process-id i` (1 CPU device per process, 2 members
     each) trains ONE population whose ready steps copy members across the processes: its folder (lineage.csv,
@@ -424,7 +424,7 @@ def test_population_over_two_processes_equals_one_process_on_two_devices(tmp_pat
     assert_same_population(cut, two)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_ctrl_c_in_one_process_stops_a_population_at_a_ready_block(tmp_path, cache):
     """SIGINT to process 1 alone while a 2-process `jaxrl pbt` trains (one ready block per chunk): both processes
     stop at the same chunk boundary (exit 130), and process 0's checkpoint holds every member's iterations up to

@@ -209,7 +209,7 @@ def run_pages(pages: dict[Path, list[Block]], tmp_path: Path, timeout: float) ->
 # ----------------------------------------------------------------------------------------------- the code blocks
 def test_every_block_runs_or_says_why_not():
     """Every fence names its language, every no-run marker gives a reason, every file marker a relative name, and
-    every Python or shell block is either run (quick or slow tier) or marked."""
+    every Python or shell block is either run (quick or extended tier) or marked."""
     problems = []
     for b in ALL_BLOCKS:
         if not b.lang:
@@ -246,7 +246,7 @@ def test_quick_blocks_run(tmp_path):
     run_pages(pages, tmp_path, timeout=600)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_pages_run_with_small_budgets(tmp_path):
     """All runnable blocks of every page that trains, in document order, with budgets lowered to
     JAXRL_DOCS_TIMESTEPS: each page in a working folder and a namespace of its own, the pages in one process (one

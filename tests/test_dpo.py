@@ -192,9 +192,9 @@ def test_registered_as_dpo():
     [
         TINY,
         pytest.param(
-            dataclasses.replace(TINY, group_mode="branch", pairs="all", reference="initial"), marks=pytest.mark.slow
+            dataclasses.replace(TINY, group_mode="branch", pairs="all", reference="initial"), marks=pytest.mark.extended
         ),
-        pytest.param(dataclasses.replace(TINY, env="Pendulum-v1", reference="behaviour"), marks=pytest.mark.slow),
+        pytest.param(dataclasses.replace(TINY, env="Pendulum-v1", reference="behaviour"), marks=pytest.mark.extended),
     ],
     ids=["start", "branch-all-initial", "pendulum"],
 )
@@ -212,7 +212,7 @@ def test_vmap_over_seeds_equals_separate_runs(config):
     assert "critic" not in state.params["params"]  # critic-free
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_moving_reference_is_refreshed_every_interval():
     config = dataclasses.replace(TINY, ref_update_interval=3, total_timesteps=TINY.env_steps_per_iteration * 3)
     setup = dpo.setup(config)
@@ -231,7 +231,7 @@ def test_moving_reference_is_refreshed_every_interval():
     assert_trees_close(state.ref_params, initial, rtol=0, atol=0)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_learns_cartpole():
     """Defaults (4 groups of 8 whole episodes, moving reference, beta 0.2) at 300k env steps, 3 seeds: each seed's
     final return (the last 10% of iterations) > 400 (measured: 487, 500, 500; ~10 s on 2 CPU cores)."""

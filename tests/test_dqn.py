@@ -141,6 +141,7 @@ def test_same_key_same_result_different_key_different(traces):
     assert differ(traces["hard"][1].params, traces["hard, other key"][1].params)
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_and_hyperparameters_equals_separate_runs(traces, batched):
     for i, out in enumerate(traces.values()):
         _, final, _, _, metrics = out
@@ -304,7 +305,7 @@ def test_prioritized_metrics_and_beta_annealing(prioritized_traces):
     assert len(np.unique(np.round(leaves, 5))) > 10
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_prioritized_vmap_over_seeds_and_hyperparameters_equals_separate_runs(prioritized_traces):
     configs, keys = zip(*PRIORITIZED_RUNS.values(), strict=True)
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *configs)
@@ -360,7 +361,7 @@ EARLIER_DEFAULTS = dict(
 )
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_prioritized_dqn_learns_cartpole():
     """prioritized=True on the earlier defaults (50k env steps: 8 envs x 8 steps, 8 updates of 128, double 3-step
     targets): mean return of the episodes in the last 10% of iterations >= 400 on >= 2 of 3 seeds (measured: 474,

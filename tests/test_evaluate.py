@@ -49,7 +49,7 @@ def test_eval_command_on_a_run_folder(tmp_path, capsys):
     assert "checkpoint after iteration 4" in out and "deterministic" in out and "stochastic" in out
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_algorithm_has_an_evaluation_policy(name):
     """On the algorithm's default env (CartPole for discrete algorithms, a continuous env for the others)."""

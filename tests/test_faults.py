@@ -598,7 +598,7 @@ SWEEP = "sweep ppo --num-envs 4 --num-steps 16 --total-timesteps 128 --update-ep
 SWEEP += " --hidden-sizes 16,16 --grid learning_rate=1e-3,2e-3,3e-3 --seeds 2 --points-per-program 1"
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_a_sweep_in_parts_keeps_the_finished_points_when_interrupted(tmp_path, monkeypatch, capsys):
     """`--points-per-program 1`: the results of each finished part are written at once, so a Ctrl-C in the third
     part leaves the first two points' results.csv, summary.csv and sweep.json, said in one line, exit 130."""
@@ -718,7 +718,7 @@ def _wait_for(predicate, seconds=600.0):
     assert predicate()
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_two_live_trainings_and_kill_9(tmp_path):
     """A second training into a live run's folder is refused while the first runs (its lock); kill -9 of the
     first (mid-save or not) leaves a stale lock and a loadable last checkpoint: the resume continues."""
@@ -742,7 +742,7 @@ def test_two_live_trainings_and_kill_9(tmp_path):
     assert iteration == saved and metrics["value_loss"].shape == (1, saved)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_sigint_during_compilation_of_a_real_run(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen(
@@ -986,7 +986,7 @@ def _unshare_works() -> bool:
         return False
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.skipif(sys.platform != "linux" or not _unshare_works(), reason="needs a mount namespace (unshare -rm)")
 def test_a_real_full_disk_at_the_second_checkpoint(finished, tmp_path):
     """The same on a real full disk: a tmpfs in a private mount namespace, sized from the finished run's own

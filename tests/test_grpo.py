@@ -84,7 +84,7 @@ def test_group_members_share_their_start_and_then_diverge(policy):
     assert all(not np.allclose(later[m, 0], later[m, 1]) for m in range(3))  # own keys: members diverge
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_branch_copies_given_the_parents_keys_reproduce_the_parent(policy):
     env, network, params = policy
     act = grpo.behaviour(network, params)[0]
@@ -112,7 +112,7 @@ def tiny_runs():
     return separate, batched
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_metrics_are_per_iteration(tiny_runs):
     state, metrics = tiny_runs[0][0]
     for name in ("episode_return", "valid_fraction", "policy_loss", "entropy", "approx_kl", "clip_fraction"):
@@ -162,7 +162,7 @@ def test_replay_trains_on_past_groups_with_truncated_weights():
     assert int(np.asarray(state.buffer.current_index)) == 4 % 2 and bool(state.buffer.is_full)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_kl_reference_initial_stays_and_moving_moves_at_its_interval():
     initial = dataclasses.replace(TINY, kl_reference="initial", total_timesteps=2 * 4 * 16 * 4)
     setup = grpo.setup(initial)
@@ -182,7 +182,7 @@ def test_kl_reference_initial_stays_and_moving_moves_at_its_interval():
     assert_trees_close(two.ref_params, two.params)  # a snapshot after iteration 2
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_branch_mode_continues_the_trunk_and_pendulum_runs():
     branch = dataclasses.replace(TINY, group_mode="branch", supervision="process")
     state, metrics = jax.jit(grpo.make_train(branch))(jax.random.key(0))
@@ -193,7 +193,7 @@ def test_branch_mode_continues_the_trunk_and_pendulum_runs():
     assert np.all(np.isfinite(metrics["policy_loss"])) and np.all(metrics["episode_return"] < 0)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_image_observations_run():
     """MinAtar's [10, 10, C] observations: the critic-free rollout's zero values are one per env step."""
     minatar = dataclasses.replace(TINY, env="Breakout-MinAtar")
@@ -203,7 +203,7 @@ def test_image_observations_run():
     assert metrics["policy_loss"].shape == (minatar.num_iterations,)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_grpo_learns_cartpole():
     """Outcome GRPO, 8 groups x 8 members capped at 200 steps: every one of 3 seeds reaches a mean group return
     >= 190 (of 200) over its last 3 iterations within 2e5 env steps."""

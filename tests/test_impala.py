@@ -55,7 +55,7 @@ def runs():
     return separate, batched
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_metrics_and_lagged_behaviour(runs):
     _, metrics = runs[0][0]
     for name in ("episode_return", "policy_loss", "value_loss", "entropy", "importance_weight"):
@@ -109,7 +109,7 @@ def test_q_critic_with_lambda_0_targets_expected_sarsa_on_the_learners_policy():
     assert np.all(np.isfinite(metrics["value_loss"]))
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_grpo_scheme_2_collects_with_the_lagged_policy_and_corrects():
     config = dataclasses.replace(
         grpo.Config(num_groups=2, group_size=4, horizon=16, update_epochs=2, num_minibatches=2, hidden_sizes=(16,)),
@@ -129,7 +129,7 @@ def test_grpo_scheme_2_collects_with_the_lagged_policy_and_corrects():
     assert_trees_close(lag.behaviour_params(state.lagged, state.params), params[2])  # iteration 4 acts with P_2
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_impala_learns_cartpole():
     """Defaults (behaviour lag 2), 5e5 env steps, 4 seeds: the mean of the seeds' returns over their last 10
     iterations is >= 200 and every seed's is >= 100 (a uniform policy gets about 22)."""
@@ -139,7 +139,7 @@ def test_impala_learns_cartpole():
     assert final.mean() >= 200.0 and np.all(final >= 100.0), final
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.parametrize("normalize", [False, True])
 def test_truncated_weights_times_an_advantage_offset_drift_the_gaussian_mean(normalize):
     """The cause of IMPALA's Pendulum failure (mean |m| 8.9 outside the bounds [-2, 2], return -1600): for

@@ -165,7 +165,7 @@ def test_orthogonal_matches_jax_orthogonal_for_the_same_key(shape):
     np.testing.assert_allclose(np.asarray(ours), np.asarray(reference), atol=2e-4)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.parametrize("layer_norm", [False, True])
 def test_one_torso_serves_every_head(layer_norm):
     """The same MLPTorso spec builds the hidden layers of the actor-critic, the Q-network, the continuous actors
@@ -197,7 +197,8 @@ MINATAR = ("Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-M
 
 
 @pytest.mark.parametrize(
-    "env_id", [e if e == "Breakout-MinAtar" else pytest.param(e, marks=pytest.mark.slow) for e in MINATAR]
+    "env_id",
+    [pytest.param(e, marks=pytest.mark.slow if e == "Breakout-MinAtar" else pytest.mark.extended) for e in MINATAR],
 )
 def test_cnn_torso_on_every_minatar_game(env_id):
     """The MinAtar network (one 3x3 conv of 16 channels, VALID, then 128 units) on each game's [10, 10, C]

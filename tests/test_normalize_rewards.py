@@ -87,7 +87,7 @@ def test_on_policy_config_switch_wraps_the_learners_env():
     assert "stats" not in {f.name for f in dataclasses.fields(state)}, "reward stats must not shadow obs stats"
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_ppo_reports_raw_returns_and_learns_from_scaled_rewards():
     config = ppo.Config(env="Pendulum-v1", num_envs=4, num_steps=200, total_timesteps=4 * 200 * 2, num_minibatches=4)
     raw = jax.jit(ppo.train)(config, jax.random.key(0))[1]

@@ -67,8 +67,11 @@ class Trained:
         return jax.jit(jax.vmap(ALGOS[self.name].train))(*stacked)
 
 
-# the quick tier trains SAC here; DDPG and TD3 (sharing the family step) run in the full suite
-@pytest.fixture(scope="module", params=[pytest.param(n, marks=[] if n == "sac" else pytest.mark.slow) for n in ALGOS])
+# the quick tier trains SAC here; DDPG and TD3 (sharing the family step) run in the extended tier
+ONLY_SAC_BY_DEFAULT = [pytest.param(n, marks=[] if n == "sac" else pytest.mark.extended) for n in ALGOS]
+
+
+@pytest.fixture(scope="module", params=ONLY_SAC_BY_DEFAULT)
 def algo(request):
     return Trained(request.param)
 
@@ -151,6 +154,7 @@ def test_registered():
             assert hasattr(module, attr), (name, attr)
 
 
+@pytest.mark.slow
 def test_metrics_are_per_iteration_and_finite(algo):
     name = algo.name
     state, metrics = algo.separate[0]
@@ -174,6 +178,7 @@ def test_metrics_are_per_iteration_and_finite(algo):
         assert np.all(np.asarray(metrics["alpha"]) > 0)
 
 
+@pytest.mark.slow
 def test_same_key_same_result_different_key_different(algo):
     config, key = runs(algo.name)[0]
     separate = algo.separate
@@ -182,6 +187,7 @@ def test_same_key_same_result_different_key_different(algo):
     assert differ(other[0].params, separate[0][0].params)
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_and_hyperparameters_equals_separate_runs(algo):
     """Two runs differing in key, learning rates and tau: one compiled program runs both (they are traced
     leaves), and vmapping them gives the separate runs."""
@@ -192,6 +198,7 @@ def test_vmap_over_seeds_and_hyperparameters_equals_separate_runs(algo):
     assert differ(separate[0][0].params, separate[1][0].params)
 
 
+@pytest.mark.slow
 def test_target_networks_move_by_tau(algo):
     """target' = tau online' + (1 - tau) target after every gradient step (TD3: after every policy_delay-th, see
     below); SAC has no target actor."""
@@ -210,6 +217,7 @@ def test_target_networks_move_by_tau(algo):
     assert set(learners.target_params) == ({"critic"} if name == "sac" else {"actor", "critic"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["td3"], indirect=True)
 @pytest.mark.parametrize("delay", [2, 3])
 def test_td3_actor_and_targets_update_only_every_policy_delay_steps(algo, delay):
@@ -235,6 +243,7 @@ def test_td3_actor_and_targets_update_only_every_policy_delay_steps(algo, delay)
     assert np.isfinite(np.asarray(stats["actor_loss"])).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["sac"], indirect=True)
 def test_sac_temperature_moves_toward_the_target_entropy(algo):
     """grad log(alpha) = entropy - target: alpha falls when the policy's entropy is above the target (scale 5:
@@ -305,7 +314,7 @@ def test_actions_are_scaled_to_the_env_bounds():
             np.testing.assert_allclose(jax.jit(act)(obs, jax.random.key(2)), 2.0 * u, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.parametrize("name", list(ALGOS))
 def test_defaults_learn_pendulum(name):
     """The default Config (Pendulum-v1, 4 envs x 4 steps and 16 gradient steps of batch 128 per iteration, i.e. one

@@ -196,7 +196,7 @@ def policy_batch(network, params, n: int, key) -> dict:
     }
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_trpo_policy_step_on_two_devices_equals_the_whole_batch():
     """TRPO's natural-gradient step with the batch split over 2 emulated devices (gradient, Fisher-vector
     products, the line search's KL and surrogate as device means) equals the step on the whole batch: the
@@ -217,7 +217,7 @@ def test_trpo_policy_step_on_two_devices_equals_the_whole_batch():
     assert not np.allclose(jax.tree.leaves(alone[0])[0], jax.tree.leaves(whole[0])[0], rtol=1e-3)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_vmpo_gradient_on_two_devices_equals_the_whole_batch():
     """V-MPO's loss with the minibatch split over 2 emulated devices: the top half selected over the gathered
     advantages, the weights and L_eta of the global minibatch, L_pi summed over it; the averaged gradients (of
@@ -344,7 +344,7 @@ print("ok")
 """
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_runner_on_two_devices_chunks_evaluates_and_resumes(tmp_path):
     """`loop.run(..., devices=2)`: evaluation inside the chunks, chunking changes no number, an interrupted
     run resumed on 2 devices equals the uninterrupted one bit for bit, and its checkpoint resumes on 1 device
@@ -401,7 +401,7 @@ for name, key, seeds in {cases}:
 LEARNING = [("ppo", 400.0, 0, 3, 2), ("pqn", 400.0, 0, 3, 2), ("dqn", 400.0, 1, 6, 3), ("grpo", 190.0, 0, 3, 2)]
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_learns_cartpole_on_two_devices():
     """With shuffled minibatches and per-device env streams the numbers differ from one device's (other env
     keys, other shuffles, rounding of the averaged gradients), but learning matches: the defaults of PPO, PQN,
@@ -495,6 +495,8 @@ for name, kwargs in {every}:
     replicated_and_finite(name, config, state, metrics)
     print("ok", name, flush=True)
 
+if not {sweep}:
+    raise SystemExit(0)
 from jaxrl import sweep
 # the device-independent sweep: PPO 16 envs x 64 steps, 2 learning rates x 2 seeds, seed 7, 30 iterations
 points = sweep.grid(ppo.Config(num_envs=16, num_steps=64, total_timesteps=30 * 16 * 64), learning_rate=[1e-3, 5e-3])
@@ -509,41 +511,48 @@ print("ok sweep-rows", flush=True)
 """
 
 PPO_EMULATED = dict(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 4)
-EMULATED_CASES = [
+PPO_CASES = [
     ("ppo-1x1", "ppo", dict(PPO_EMULATED, update_epochs=1, num_minibatches=1)),
     ("ppo-2x2", "ppo", dict(PPO_EMULATED, update_epochs=2, num_minibatches=2)),
-    ("trpo", "trpo", SMALL["trpo"]),
-    ("vmpo", "vmpo", SMALL["vmpo"]),
 ]
-EMULATED = {name for _, name, _ in EMULATED_CASES}
+OTHER_CASES = [("trpo", "trpo", SMALL["trpo"]), ("vmpo", "vmpo", SMALL["vmpo"])]
+EMULATED = {name for _, name, _ in PPO_CASES + OTHER_CASES}
 EVERY = [(name, kwargs) for name, kwargs in SMALL.items() if name not in EMULATED and name not in SAME_PATH_AS]
+
+
+def check_on_two_devices(cases, every, sweep):
+    """Runs SHARDED_EQUALS_EMULATED in one process with 2 CPU devices (one JAX start); returns its output lines."""
+    script = SHARDED_EQUALS_EMULATED.format(cases=cases, every=every, sweep=sweep)
+    lines = run_on_two_devices(script, timeout=3 * TIMEOUT_S).strip().splitlines()
+    assert "auto [2, 1, 2, 1, 2]" in lines, lines
+    passed = [line.split()[1] for line in lines if line.startswith("ok ")]
+    assert passed == [c[0] for c in cases] + [name for name, _ in every] + ["sweep-rows"] * sweep, lines
 
 
 @pytest.mark.slow
 def test_two_devices_equal_the_emulated_global_computation():
-    """One process with 2 CPU devices (one JAX start) checks, in order, printing a line per case that passed:
+    """In one process with 2 CPU devices, in order, a line per case that passed:
 
     - `devices="auto"`: both devices once seeds x num_envs gives each MIN_ENVS_PER_CPU_DEVICE environments and
       the count divides the batch; else 1.
     - On the 2 devices (shard_map, collectives over the mesh) PPO (1 epoch x 1 minibatch, and 2 x 2 with
-      shuffling), TRPO and V-MPO equal the same data-parallel program emulated on one device (2 devices as a
-      named vmap axis, the same per-device keys) to rtol 1e-5: metrics and parameters, finite parameters equal
-      on both devices, metrics per iteration, a different env batch on each device.
-    - Every other data-parallel algorithm (one per shared code path, SAME_PATH_AS) on a small run keeps finite
-      parameters identical on both devices (every gradient averaged, every replicated statistic global), with
-      metrics per iteration as on one device.
-    - The device-independent sweep (PPO 16 envs x 64 steps, 2 learning rates x 2 seeds, seed 7) over a full
-      30-iteration run: compiled with `device_independent=True` (no XLA algebraic simplifier) the rows on 1 and
-      on 2 devices are bit-identical, metrics and final parameters (by default they drift apart, returns by up to
-      264 here)."""
+      shuffling) equals the same data-parallel program emulated on one device (2 devices as a named vmap axis, the
+      same per-device keys) to rtol 1e-5: metrics and parameters, finite parameters equal on both devices,
+      metrics per iteration, a different env batch on each device."""
+    check_on_two_devices(PPO_CASES, [], False)
+
+
+@pytest.mark.extended
+def test_every_data_parallel_algorithm_on_two_devices():
+    """As above for TRPO and V-MPO (equal to the emulated program); every other data-parallel algorithm (one per
+    shared code path, SAME_PATH_AS) on a small run keeps finite parameters identical on both devices (every
+    gradient averaged, every replicated statistic global), with metrics per iteration as on one device. Then the
+    device-independent sweep (PPO 16 envs x 64 steps, 2 learning rates x 2 seeds, seed 7) over a full 30-iteration
+    run: compiled with `device_independent=True` (no XLA algebraic simplifier) the rows on 1 and on 2 devices are
+    bit-identical, metrics and final parameters (by default they drift apart, returns by up to 264 here)."""
     assert set(SMALL) <= set(base.DATA_PARALLEL) and set(base.DATA_PARALLEL) - {"ppo", "not_parallel"} <= set(SMALL)
     assert all(SAME_PATH_AS[name] in SMALL for name in SAME_PATH_AS)
-    script = SHARDED_EQUALS_EMULATED.format(cases=EMULATED_CASES, every=EVERY)
-    out = run_on_two_devices(script, timeout=3 * TIMEOUT_S)
-    lines = out.strip().splitlines()
-    assert "auto [2, 1, 2, 1, 2]" in lines, out
-    passed = [line.split()[1] for line in lines if line.startswith("ok ")]
-    assert passed == [c[0] for c in EMULATED_CASES] + [name for name, _ in EVERY] + ["sweep-rows"], out
+    check_on_two_devices(OTHER_CASES, EVERY, True)
 
 
 TWO_PROCESSES = """
@@ -563,7 +572,7 @@ np.savez(out, episode_return=np.asarray(metrics["episode_return"].addressable_da
 """
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_two_processes_train_one_policy(tmp_path):
     """`make_train(config, devices="all")` after `sweep.initialize_distributed` in 2 processes (1 CPU device each,
     loopback): one policy over both processes' devices; the parameters are identical in both processes and equal

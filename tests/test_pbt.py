@@ -82,6 +82,7 @@ def test_fitness_ignores_iterations_without_episodes():
     assert np.isnan(fitness[2])
 
 
+@pytest.mark.slow
 def test_eval_fitness_ranks_by_the_evaluation_return_where_the_window_ranks_otherwise():
     """A block whose training returns rank member 0 first and member 3 last while its evaluation ranks them the
     other way: fitness "return" replaces member 3 by member 0, fitness "eval" member 0 by member 3."""
@@ -110,6 +111,7 @@ def test_eval_fitness_ranks_by_the_evaluation_return_where_the_window_ranks_othe
 # ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ready_step_copies_bottom_from_top_and_leaves_the_rest():
     size = 8
     config = dataclasses.replace(PBT, population=size)
@@ -149,6 +151,7 @@ def test_ready_step_copies_bottom_from_top_and_leaves_the_rest():
         np.testing.assert_array_equal(new_configs.gamma, configs.gamma)
 
 
+@pytest.mark.slow
 def test_ready_step_on_ppo_train_states():
     """The same on PPO's own TrainState: params and Adam state from the parent, env batch and key kept."""
     priors = pbt.validate(CONFIG, PBT)
@@ -169,6 +172,7 @@ def test_ready_step_on_ppo_train_states():
     assert_trees_equal(take(new, slice(1, None)), take(states, slice(1, None)))
 
 
+@pytest.mark.slow
 def test_optimiser_state_holds_no_hyperparameter():
     """A copied Adam state carries nothing of the parent's learning rate: the rate is read from the member's
     Config at every update, so the member continues at its own (explored) rate."""
@@ -363,7 +367,7 @@ def test_program_evaluates_members_and_ranks_them_by_evaluation_returns(eval_run
         assert_trees_equal(metrics[name][:, :2], values[:, :2])
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_evaluations_less_often_than_ready_steps_fall_on_multiples_of_eval_every(pbt_run):
     """eval_every = 2 x ready (fitness by training return): the members are evaluated after iteration 4 only, with
     the numbers an evaluation after every ready step (eval_every = ready) gives there, and NaN elsewhere; the
@@ -467,7 +471,7 @@ TINY = "--total-timesteps 320 --num-envs 4 --num-steps 16 --update-epochs 1 --nu
 TINY += " --ready 2"
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_cli_trains_a_population_and_refuses_a_bad_prior_in_one_line(tmp_path):
     import subprocess
     import sys
@@ -671,7 +675,7 @@ def test_best_member_is_evaluated_on_the_evaluation_stream(chunked):
     assert f"best member {best} on {EPISODES} fresh episodes after iteration 5: deterministic return" in text
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_jaxrl_eval_plays_every_member_of_a_population_and_names_the_best(chunked, capsys):
     from jaxrl import cli
 
@@ -694,7 +698,7 @@ def test_jaxrl_eval_plays_every_member_of_a_population_and_names_the_best(chunke
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
     """Ctrl-C after chunk 1 of 2 (raised when its lineage.csv is written) checkpoints there; the resumed run
     equals the uninterrupted one bit for bit: TrainStates, hyperparameters, metrics (the evaluations' included),
@@ -783,7 +787,7 @@ print("ok")
 """
 
 
-@pytest.mark.slow  # a fresh process with 2 CPU devices compiles six programs without the algebraic simplifier
+@pytest.mark.extended  # a fresh process with 2 CPU devices compiles six programs without the algebraic simplifier
 def test_population_on_two_devices_equals_one_device():
     """4 members sharded over 2 CPU devices (exploit copies members across them) give the 1-device run's bits
     when both compile with `device_independent=True`, at the suite's XLA CPU optimisation level 1 (at the default

@@ -229,7 +229,7 @@ def test_ids_are_configs_envs():
         ppo.validate(ppo.Config(env="popgym-RepeatPreviousEasy-v1"))
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_tiny_recurrent_ppo_runs_on_repeat_previous():
     config = TINY
     state, metrics = jax.jit(ppo.make_train(config))(jax.random.key(0))

@@ -43,7 +43,7 @@ def test_bad_config_raises_naming_the_field(overrides, field):
         ppo.make_train(dataclasses.replace(ppo.Config(), **overrides))
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_metrics_are_per_iteration(tiny_runs):
     _, separate, _ = tiny_runs
     state, metrics = separate[0]
@@ -95,7 +95,7 @@ def test_hyperparameters_vmap_without_recompiling():
     assert train._cache_size() == before
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_continuous_actions_run():
     config = dataclasses.replace(TINY, env="Pendulum-v1", normalize_observations=True)
     state, metrics = jax.jit(ppo.make_train(config))(jax.random.key(0))
@@ -114,7 +114,7 @@ def test_ppo_learns_cartpole():
     assert (final >= 400).sum() >= 3, final
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_cnn_torso_on_minatar_runs_and_refuses_vector_observations():
     """torso="cnn": PPO's actor and critic read Breakout-MinAtar's [10, 10, 4] images through the MinAtar network;
     an image torso on CartPole's vector observations is refused before compiling, naming the field."""

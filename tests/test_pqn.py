@@ -49,7 +49,7 @@ def test_bad_config_raises_naming_the_field(overrides, field):
         pqn.make_train(dataclasses.replace(pqn.Config(), **overrides))
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_metrics_are_per_iteration(runs):
     _, _, separate, _ = runs
     state, metrics = separate[0]
@@ -128,7 +128,7 @@ def test_pqn_learns_cartpole():
     assert (final >= 400).sum() >= 2, final
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_cnn_torso_on_minatar_runs_and_refuses_vector_observations():
     """torso="cnn": PQN trains on Breakout-MinAtar's [10, 10, 4] images with the MinAtar network; an image torso
     on CartPole's vector observations is refused before compiling, naming the field."""

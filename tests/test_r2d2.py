@@ -135,7 +135,7 @@ def test_sequence_priority_mixes_max_and_mean():
     np.testing.assert_allclose(recurrent_replay.sequence_priority(td), [0.9 * 3 + 0.1 * 2, 0.9 * 2 + 0.1 * 1])
 
 
-@pytest.mark.slow  # compiles a prioritised recurrent run (~10 s on 2 shared cores)
+@pytest.mark.extended  # compiles a prioritised recurrent run (~10 s on 2 shared cores)
 def test_prioritized_recurrent_dqn_trains():
     config = dataclasses.replace(TINY, core="lstm", prioritized=True)
     state, metrics = jax.jit(dqn.make_train(config))(jax.random.key(0))
@@ -206,7 +206,7 @@ def memory_chain_returns(core: str) -> np.ndarray:
     return np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.key(0), MEMORY_SEEDS)))
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_recurrent_dqn_remembers_where_the_mlp_cannot():
     """4 seeds x 12k env steps on MemoryChain-bsuite (16 envs x 4 steps, 32 sequences of 12 steps with a burn-in of
     4 per gradient step, a GRU of 32 units): the greedy policy returns >= 0.9 on 64 fresh episodes on every seed

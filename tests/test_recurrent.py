@@ -152,6 +152,7 @@ def ppo_batch(key, t=8, b=4, obs_dim=4, actions=2):
     }
 
 
+@pytest.mark.slow
 def test_identity_core_gives_the_mlp_gradients():
     """The recurrent path (torso -> core -> head over [T, B] sequences, `recurrent_loss_fn`) with a core that
     ignores its state has the MLP ActorCritic's parameters and gives the same PPO gradients as `loss_fn` on the
@@ -269,7 +270,7 @@ def test_checkpoint_carries_the_hidden_state(tmp_path, core_rollout):
     assert_trees_close(restored.memory, state.memory)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.parametrize("core", ["gru", "lstm", "lru"])  # gtrxl: the next test, over learning rates too
 def test_tiny_recurrent_ppo_vmaps_over_seeds_and_evaluates(core):
     config = dataclasses.replace(TINY, core=core)
@@ -285,7 +286,7 @@ def test_tiny_recurrent_ppo_vmaps_over_seeds_and_evaluates(core):
     assert int(out["finished"]) == 8
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_tiny_gtrxl_ppo_vmaps_over_learning_rates_and_seeds():
     """PPO with the transformer core, vmapped over 2 learning rates x 2 seeds in one program, equals each of the
     4 runs compiled alone (the learning rate a traced leaf: one program for the 4 separate runs)."""
@@ -331,7 +332,7 @@ def memory_chain_returns(algo: str, core: str) -> np.ndarray:
     return np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.key(0), MEMORY_SEEDS)))
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.parametrize("algo", ["ppo", "pqn", "impala"])
 def test_recurrent_learner_remembers_where_the_mlp_cannot(algo):
     """4 seeds x 4e4 env steps at the MemoryChain preset: the greedy GRU policy returns >= 0.9 on 64 fresh
@@ -343,7 +344,7 @@ def test_recurrent_learner_remembers_where_the_mlp_cannot(algo):
     assert np.all(mlp <= 0.5), mlp
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.parametrize("core", ["lstm", "lru"])
 def test_other_cores_remember_the_memory_chain(core):
     """The GRU test's bar for PPO with the other cores, at the same preset (64 units) and budget: >= 0.9 greedy
@@ -353,7 +354,7 @@ def test_other_cores_remember_the_memory_chain(core):
     assert np.all(returns >= 0.9), returns
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.parametrize("core", RECURRENT_CORES)
 def test_tiny_recurrent_pqn_trains_vmapped_with_memory_in_its_state(core):
     config = pqn.Config(core=core, core_size=8, num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, num_minibatches=2)

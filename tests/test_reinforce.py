@@ -131,7 +131,7 @@ def test_returns_are_cut_at_the_window_without_baseline_and_bootstrap_with_it():
     np.testing.assert_allclose(adv, returns - 3.0)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_metrics_are_per_iteration(tiny_runs):
     separate, _ = tiny_runs
     state, metrics = separate[0]
@@ -153,7 +153,7 @@ def test_vmap_over_keys_equals_separate_runs(tiny_runs):
     assert any(not np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_reinforce_learns_cartpole():
     """Defaults (8 envs x 64 steps, baseline, Adam 3e-3 annealed, 3e5 steps), 3 seeds vmapped: mean return over
     the last 20 iterations >= 400 on every seed (measured over the last 29: 500, 500, 499)."""

@@ -58,10 +58,10 @@ SUITE_EPISODES = [  # (id, action, size of a box action or None for a discrete o
     ("navix:Navix-Empty-5x5-v0", 1, None),
     ("xminigrid:MiniGrid-Empty-6x6", 1, None),
     ("jumanji:Snake-v1", 0, None),
-    pytest.param("craftax:Craftax-Classic-Symbolic-v1", 1, None, marks=pytest.mark.slow),  # compiling: ~50 s
+    pytest.param("craftax:Craftax-Classic-Symbolic-v1", 1, None, marks=pytest.mark.extended),  # compiling: ~50 s
     # MuJoCo's renderer, after compiling the physics step: 10-15 s
-    pytest.param("brax:inverted_pendulum", 0.2, 1, marks=pytest.mark.slow),
-    pytest.param("playground:CartpoleBalance", 1.0, 1, marks=pytest.mark.slow),
+    pytest.param("brax:inverted_pendulum", 0.2, 1, marks=pytest.mark.extended),
+    pytest.param("playground:CartpoleBalance", 1.0, 1, marks=pytest.mark.extended),
 ]
 
 
@@ -130,7 +130,7 @@ def _hashes(folder):
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_cli_renders_and_evaluates_a_trained_run_and_only_reads_it(tmp_path):
     run = tmp_path / "run"
     train = [sys.executable, "-m", "jaxrl.cli", "train", "ppo", "--total-timesteps", "4096", "--num-envs", "4"]
@@ -156,7 +156,7 @@ def test_cli_renders_and_evaluates_a_trained_run_and_only_reads_it(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.parametrize("env_id", ["playground:CartpoleBalance"])  # Brax's renderer: the 3-step episode test above
 def test_cli_renders_a_mujoco_suite_run_through_its_renderer_and_only_reads_it(tmp_path, env_id):
     # compiling PPO on the physics, then the render's step: ~90 s (Playground)

@@ -86,7 +86,7 @@ def test_metrics_are_per_iteration(runs):
     check_metrics(*runs[1][0])
 
 
-@pytest.mark.slow  # a second program
+@pytest.mark.extended  # a second program
 def test_expected_sarsa_metrics_are_per_iteration_and_differ_from_sarsa(runs, expected_run):
     check_metrics(*expected_run)
     # the two targets differ, so the runs do
@@ -100,7 +100,7 @@ def test_same_key_same_result_different_key_different(runs):
     assert any(not np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_vmap_over_seeds_and_hyperparameters_equals_separate_runs(runs):
     train, separate = runs
     configs = jax.tree.map(lambda *xs: jnp.stack(xs), TINY, TINY, OTHER)
@@ -268,7 +268,7 @@ def test_epsilon_greedy_value_is_the_behaviour_expectation():
     np.testing.assert_allclose(sarsa.epsilon_greedy_value(q, 1.0), q.mean(-1), rtol=1e-6)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.parametrize("expected", [False, True])
 def test_sarsa_learns_cartpole(expected):
     """Defaults (PQN's: 200k env steps, 32 envs x 32 steps): the mean return of the episodes in the last 10% of

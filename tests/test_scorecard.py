@@ -122,7 +122,7 @@ def test_an_error_while_training_is_raised_not_listed(tmp_path, monkeypatch):
         scorecard.main(["--algos", "ppo", "--envs", "CartPole-v1", "--seeds", "1", "--out", str(tmp_path / "s")])
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_a_real_row_has_both_returns_and_the_evaluation_is_deterministic():
     """One tiny real run: the evaluation column is the mean return of the final policies' fresh episodes, the same
     on a second call (fixed evaluation keys), and within CartPole's range."""

@@ -41,7 +41,7 @@ def test_stability_measures_the_drop_on_the_learned_range():
     assert stability(with_nan)["final"] == pytest.approx(120.0)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_dqn_defaults_hold_at_ten_times_their_budget():
     default = dqn.Config()
     config = dataclasses.replace(default, total_timesteps=default.total_timesteps * SCALE)

@@ -147,7 +147,7 @@ def test_navix_contract():
     np.testing.assert_array_equal(out["terminated"], out["reward"] > 0)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_ppo_learns_navix_empty():
     """PPO defaults (16 envs x 64 steps, MLP over the [5, 5, 3] grid) on Navix-Empty-5x5 (limit 100): 50k steps,
     2 seeds. Measured: final return 0.998 / 1.000, episode length 5.3 / 5.6 (the shortest path is 5 steps;
@@ -178,7 +178,7 @@ def craftax_oracle(name, max_timesteps):
     return oracle
 
 
-@pytest.mark.slow  # Craftax's step compiles for about a minute on CPU
+@pytest.mark.extended  # Craftax's step compiles for about a minute on CPU
 def test_craftax_classic_contract():
     """Craftax-Classic-Symbolic with a 25-step limit, 4 envs x 100 random steps: done without the time limit ->
     terminated, the time limit -> truncated at exactly 25 steps; the flat symbolic vector (1345 floats)."""
@@ -188,7 +188,7 @@ def test_craftax_classic_contract():
     assert env.spec.observation_shape == (1345,) and env.spec.action_dim == 17
 
 
-@pytest.mark.slow  # 97 s on the 2 shared cores at load 7: compile 55 s, run 42 s
+@pytest.mark.extended  # 97 s on the 2 shared cores at load 7: compile 55 s, run 42 s
 def test_ppo_learns_craftax_classic():
     """PPO (16 envs x 64 steps, MLP 64x64, lr 1e-3, GAE lambda 0.8) on Craftax-Classic-Symbolic (reward: +1 per
     achievement unlocked, +-0.1 per health point): 16,384 steps (16 iterations), 2 seeds. Measured: mean return
@@ -221,7 +221,7 @@ def xminigrid_oracle(name, max_steps):
     return oracle
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_xminigrid_contract():
     """MiniGrid-Empty-5x5 with a 10-step limit, 8 envs x 200 random steps: LAST with discount 0 -> terminated (the
     goal, reward > 0), LAST with discount 1 -> truncated at exactly 10 steps; the [7, 7, 2] view kept as an image."""
@@ -251,7 +251,7 @@ def test_xminigrid_benchmark_ruleset_not_on_disk_is_one_line(monkeypatch, tmp_pa
         envs.make("xminigrid:XLand-MiniGrid-R1-9x9", 2, ruleset="no-such-benchmark/0")
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_ppo_learns_xminigrid_empty():
     """PPO defaults (16 envs x 64 steps, MLP over the [7, 7, 2] view) on MiniGrid-Empty-6x6 (limit 144): 100k
     steps, 2 seeds. Measured: final return 0.950 / 0.956, length 8 / 7 (the shortest path is 7 steps, return
@@ -282,7 +282,7 @@ def jumanji_oracle(name, **kwargs):
     return oracle
 
 
-@pytest.mark.slow  # Snake's step (twice: adapter and oracle) compiles for 30-80 s on this CPU
+@pytest.mark.extended  # Snake's step (twice: adapter and oracle) compiles for 30-80 s on this CPU
 def test_jumanji_snake_contract():
     """Snake-v1 on a 6x6 board with a 30-step limit, 8 envs x 200 random steps: LAST with discount 0 ->
     terminated; Snake ends its time limit with Jumanji's `termination` too, so truncated stays False (the suite's
@@ -300,7 +300,7 @@ def test_jumanji_snake_contract():
     assert info["action_mask"].shape == (8, 4) and info["action_mask"].dtype == bool
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_ppo_learns_jumanji_snake():
     """PPO defaults with normalize_observations (the step count grows to the 4000-step limit) on Snake-v1 on a 6x6
     board, registered as an id of its own (Config.env is a string; the board size is a constructor keyword):
@@ -335,7 +335,7 @@ def brax_oracle(env):
     return oracle
 
 
-@pytest.mark.slow  # Brax's step compiles for about a minute on CPU
+@pytest.mark.extended  # Brax's step compiles for about a minute on CPU
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_brax_inverted_pendulum_contract():
     """inverted_pendulum with an 8-step episode limit, 4 envs x 100 random actions in its ctrlrange [-3, 3]:
@@ -349,7 +349,7 @@ def test_brax_inverted_pendulum_contract():
     assert out["terminated"].any()
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_ppo_learns_brax_inverted_pendulum():
     """PPO defaults with normalize_observations and learning_rate 3e-4 on inverted_pendulum (limit 1000, reward 1
@@ -368,7 +368,7 @@ def test_ppo_learns_brax_inverted_pendulum():
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # MJX's step compiles for about a minute on CPU
+@pytest.mark.extended  # MJX's step compiles for about a minute on CPU
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_playground_cartpole_balance_contract():
     """CartpoleBalance (MJX impl "jax") with a 20-step episode limit, 4 envs x 100 random actions in [-1, 1]: the
@@ -383,7 +383,7 @@ def test_playground_cartpole_balance_contract():
     assert not out["terminated"].any()
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_ppo_learns_playground_cartpole_balance():
     """PPO on CartpoleBalance (1000-step episodes, reward <= 1 per step): 32 envs x 64 steps, 8 minibatches, lr

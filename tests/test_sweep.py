@@ -245,7 +245,7 @@ def test_use_cpu_cores_reset_in_fresh_process():
     assert out.stdout.strip() == "6.0"
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_sharded_equals_unsharded(sharded_process, single):
     """3 points x 1 seed over 2 forced CPU devices (padded to 4) == the unsharded single runs, to rtol 1e-5,
     sharded by jit's in/out shardings and by shard_map."""

@@ -121,6 +121,7 @@ def test_fisher_vector_product_equals_dense_fisher_and_cg_matches_a_dense_solve(
     np.testing.assert_allclose(out["solution"], expected, rtol=2e-3, atol=2e-3 * np.abs(expected).max())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("discrete, max_kl", [(True, 0.01), (False, 1e-4)])
 def test_policy_step_satisfies_the_kl_constraint(discrete, max_kl):
     network, params, obs, theta, policy, kl = _policy_problem(discrete)
@@ -161,6 +162,7 @@ def test_line_search_takes_the_first_accepted_fraction_or_stays():
     np.testing.assert_array_equal(new, params)
 
 
+@pytest.mark.slow
 def test_metrics_are_per_iteration(tiny_runs):
     state, metrics = tiny_runs[0]
     for name in ("episode_return", "episodes", "kl", "surrogate_improvement", "step_fraction", "value_loss"):
@@ -172,7 +174,7 @@ def test_metrics_are_per_iteration(tiny_runs):
     assert np.all(np.isfinite(metrics["value_loss"]))
 
 
-@pytest.mark.slow  # a second program
+@pytest.mark.extended  # a second program
 def test_vmap_over_keys_equals_separate_runs(tiny_runs):
     batched = jax.jit(jax.vmap(trpo.make_train(TINY)))(KEYS)
     for i, run in enumerate(tiny_runs):
@@ -197,7 +199,7 @@ def _final_returns(config, last):
     return np.nanmean(np.asarray(metrics["episode_return"])[:, -last:], axis=1)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_trpo_defaults_learn_cartpole():
     """The default Config (CartPole-v1, 16 envs x 128 steps, max_kl 0.01, 1.5e5 steps), 3 seeds vmapped: mean
     return of the last 5 iterations' episodes >= 450 on every seed (measured: 500, 500, 500)."""
@@ -205,7 +207,7 @@ def test_trpo_defaults_learn_cartpole():
     assert (final >= 450).all(), final
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_trpo_learns_pendulum():
     """1.5e5 steps, 3 seeds vmapped: mean return of the last 5 iterations' episodes: median over the seeds
     >= -400, every seed >= -800 (random policy: about -1250). One seed's numbers depend on the CPU XLA compiles

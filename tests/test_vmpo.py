@@ -218,6 +218,7 @@ def test_registered():
     assert base.algorithm_of(TINY) is vmpo and base.name_of(vmpo) == "vmpo"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
 def test_state_duals_and_metrics_shapes(env):
     config = dataclasses.replace(TINY, env=env)
@@ -240,7 +241,7 @@ def test_state_duals_and_metrics_shapes(env):
     assert act(normalize(obs), jax.random.key(0)).shape[0] == 3
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_vmap_over_keys_equals_separate_runs():
     keys = jax.random.split(jax.random.key(3), 2)
     train = vmpo.make_train(TINY)
@@ -249,7 +250,7 @@ def test_vmap_over_keys_equals_separate_runs():
         assert_trees_close(jax.jit(train)(keys[i]), index(batched, i), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_learns_cartpole():
     """Defaults (16 envs x 64 steps, 4 x 4 minibatches), 3 seeds x 1e5 steps vmapped: final return >= 350 mean
     (measured: 500, 500, 500; two more seeds, jax.random.split(key(1), 2): 412, 497)."""
