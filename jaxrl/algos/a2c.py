@@ -18,7 +18,7 @@ import jax
 from flax import struct
 
 from jaxrl import estimators
-from jaxrl.algos.base import check_choice, check_int, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports)
+from jaxrl.algos.base import check_choice, check_int, hyper, make_train, shared, static, takes_setup, train  # noqa: F401 (re-exports)
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy, init  # noqa: F401 (the module's surface)
 from jaxrl.rollout import episode_metrics
@@ -29,19 +29,19 @@ ADVANTAGES = ("n_step", "gae")
 
 @struct.dataclass
 class Config(ac.Config):
-    num_steps: int = static(5, "rollout length T per iteration, per environment")
-    total_timesteps: int = static(300_000, "environment steps of the whole run")
+    num_steps: int = shared("num_steps", 5)
+    total_timesteps: int = shared("total_timesteps", 300_000)
     advantage: str = static("n_step", "advantage estimator: n_step (returns) or gae")
     n_step: int = static(0, "n of the n-step returns (advantage=n_step); 0: up to the window's end")
     update_epochs: int = static(1, "passes over each rollout (1: A2C's single gradient step)")
-    num_minibatches: int = static(1, "minibatches per pass; must divide num_envs * num_steps")
+    num_minibatches: int = shared("num_minibatches", 1)
     optimizer: str = static("rmsprop", "rmsprop (decay 0.99, eps 1e-5), adam or radam, after gradient clipping")
-    anneal_lr: bool = static(False, "decay the learning rate linearly to 0 over the run")
+    anneal_lr: bool = shared("anneal_lr", False)
     normalize_advantages: bool = static(False, "normalise advantages over the batch")
-    learning_rate: float = hyper(7e-4, "learning rate")
+    learning_rate: float = shared("learning_rate", 7e-4)
     gae_lambda: float = hyper(1.0, "GAE lambda (advantage=gae)")
-    ent_coef: float = hyper(0.0, "entropy bonus coefficient")
-    vf_coef: float = hyper(0.5, "value loss coefficient")
+    ent_coef: float = shared("ent_coef", 0.0)
+    vf_coef: float = shared("vf_coef", 0.5)
 
 
 def validate(config: Config) -> None:

@@ -236,6 +236,39 @@ def hyper(default, help: str):
     return struct.field(pytree_node=True, default=default, metadata={"help": help})
 
 
+# The fields several Configs share: their kind (static or traced) and help text, written once; each Config gives
+# its own default.
+SHARED_FIELDS = {
+    "num_envs": (static, "parallel environments"),
+    "num_steps": (static, "rollout length T per iteration, per environment"),
+    "total_timesteps": (static, "environment steps of the whole run"),
+    "torso": (static, "observation encoder: mlp, or cnn / cnn_large for image observations [H, W, C]"),
+    "activation": (static, "hidden activation: tanh, relu, gelu or silu"),
+    "optimizer": (static, "optimiser after global-norm clipping: adam, rmsprop or radam"),
+    "update_epochs": (static, "passes over each rollout"),
+    "num_minibatches": (static, "minibatches per pass; must divide num_envs * num_steps"),
+    "anneal_lr": (static, "decay the learning rate linearly to 0 over the run"),
+    "core_size": (static, "width of the recurrent core's state (a multiple of 4 for gtrxl)"),
+    "learning_rate": (hyper, "learning rate"),
+    "gamma": (hyper, "discount factor"),
+    "gae_lambda": (hyper, "GAE lambda"),
+    "ent_coef": (hyper, "entropy bonus coefficient"),
+    "vf_coef": (hyper, "value loss coefficient"),
+    "max_grad_norm": (hyper, "global gradient-norm clipping threshold"),
+}
+
+
+def shared(name: str, default):
+    """The shared field `name` (SHARED_FIELDS) with this Config's default."""
+    kind, help = SHARED_FIELDS[name]
+    return kind(default, help)
+
+
+def core_field(heads: str = "heads"):
+    """The recurrent core field (default none) of a network whose core sits between the torso and `heads`."""
+    return static("none", f"recurrent core between torso and {heads}: none, gru, lstm, lru or gtrxl")
+
+
 def is_static(field: dataclasses.Field) -> bool:
     return not field.metadata.get("pytree_node", True)
 

@@ -31,7 +31,7 @@ import optax
 from flax import struct
 
 from jaxrl import estimators, losses
-from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, static, takes_setup, train  # noqa: F401
+from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, shared, static, takes_setup, train  # noqa: F401
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families import grouped
 from jaxrl.algos.families.actor_critic import behaviour, policy_of
@@ -48,7 +48,7 @@ class Config(grouped.GroupConfig):
     reference: str = static("moving", "reference policy: behaviour (stored log-probs), initial or moving")
     ref_update_interval: int = static(10, "iterations between refreshes of a moving reference")
     update_epochs: int = static(8, "full-batch gradient steps on each iteration's pairs")
-    learning_rate: float = hyper(3e-3, "learning rate")
+    learning_rate: float = shared("learning_rate", 3e-3)
     beta: float = hyper(0.2, "DPO temperature: the scale of the implicit reward beta log pi / pi_ref")
     margin: float = hyper(0.0, "a pair needs R_w - R_l > margin (ties never make a pair)")
 

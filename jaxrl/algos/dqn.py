@@ -38,7 +38,7 @@ import optax
 from flax import struct
 
 from jaxrl import estimators, losses, optim, replay
-from jaxrl.algos.base import check, check_core, check_int, check_range, check_replay, hyper, recurrent, static
+from jaxrl.algos.base import check, check_core, check_int, check_range, check_replay, core_field, hyper, recurrent, shared, static
 from jaxrl.algos.base import make_train, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import q_learning, q_learning_recurrent, recurrent_replay, replay_loop
 from jaxrl.algos.families.q_learning import Setup, behaviour, epsilon_at  # noqa: F401 (the module's surface)
@@ -55,9 +55,9 @@ class Config(q_learning.Config):
     steps, a 1e4 buffer, a target copy every 500 env steps, Adam at 2.5e-4, one-step targets, an L2 TD loss and
     no LayerNorm (measured: `benchmarks/results/dqn_defaults.md`)."""
 
-    num_envs: int = static(10, "parallel environments")
+    num_envs: int = shared("num_envs", 10)
     num_steps: int = static(1, "env steps per environment per iteration (the train frequency)")
-    total_timesteps: int = static(50_000, "environment steps of the whole run")
+    total_timesteps: int = shared("total_timesteps", 50_000)
     layer_norm: bool = static(False, "LayerNorm before each hidden activation")
     learning_rate: float = hyper(2.5e-4, "Adam learning rate")
     anneal_lr: bool = static(False, "decay the learning rate linearly to 0 over the run (optim.learning_rate_schedule)")
@@ -76,8 +76,8 @@ class Config(q_learning.Config):
     priority_beta: float = hyper(0.4, "prioritised replay: importance-sampling exponent beta at the start")
     priority_beta_end: float = hyper(1.0, "prioritised replay: beta at the end (linear anneal; = beta: constant)")
     priority_eps: float = hyper(1e-6, "prioritised replay: priority = |TD error| + priority_eps")
-    core: str = static("none", "recurrent core between torso and Q head (R2D2): none, gru, lstm, lru or gtrxl")
-    core_size: int = static(128, "width of the recurrent core's state (a multiple of 4 for gtrxl)")
+    core: str = core_field("Q head (R2D2)")
+    core_size: int = shared("core_size", 128)
     sequence_length: int = static(16, "with a core: steps of a replayed sequence, burn-in included")
     burn_in: int = static(8, "with a core: first steps of a sequence that only refresh its stored state (no loss)")
 

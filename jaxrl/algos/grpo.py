@@ -40,7 +40,7 @@ import optax
 from flax import struct
 
 from jaxrl import estimators, lag, losses, replay
-from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, static, takes_setup, train  # noqa: F401
+from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, shared, static, takes_setup, train  # noqa: F401
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families import grouped
 from jaxrl.algos.families.actor_critic import behaviour, policy_of
@@ -62,7 +62,7 @@ class Config(grouped.GroupConfig):
     behaviour_lag: int = static(0, "iterations the acting parameters lag the learner's (0: act with the learner's)")
     kl_reference: str = static("none", "KL penalty reference: none, initial (policy) or moving")
     ref_update_interval: int = static(10, "iterations between moves of a moving reference")
-    learning_rate: float = hyper(1e-2, "learning rate")
+    learning_rate: float = shared("learning_rate", 1e-2)
     clip_eps: float = hyper(0.2, "surrogate clipping epsilon")
     kl_coef: float = hyper(0.04, "coefficient of the k3 KL penalty (used unless kl_reference is none)")
     ref_tau: float = hyper(1.0, "step of a moving reference toward the current policy (1: a snapshot)")

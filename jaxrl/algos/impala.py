@@ -47,6 +47,7 @@ from jaxrl.algos.base import (  # noqa: F401 (re-exports make_train, train)
     hyper,
     make_train,
     recurrent,
+    shared,
     static,
     takes_setup,
     train,
@@ -60,17 +61,17 @@ from jaxrl.rollout import episode_metrics
 
 @struct.dataclass
 class Config(ac.Config):
-    num_envs: int = static(32, "parallel environments")
-    num_steps: int = static(32, "rollout length T per iteration, per environment")
-    total_timesteps: int = static(500_000, "environment steps of the whole run")
+    num_envs: int = shared("num_envs", 32)
+    num_steps: int = shared("num_steps", 32)
+    total_timesteps: int = shared("total_timesteps", 500_000)
     behaviour_lag: int = static(2, "iterations the acting parameters lag the learner's (0: on-policy)")
     critic: str = static("value", "value: V-trace with a state-value critic; q: Retrace with an action-value one")
-    update_epochs: int = static(1, "passes over each rollout")
-    num_minibatches: int = static(2, "minibatches per pass; must divide num_envs * num_steps")
-    anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
+    update_epochs: int = shared("update_epochs", 1)
+    num_minibatches: int = shared("num_minibatches", 2)
+    anneal_lr: bool = shared("anneal_lr", True)
     core: str = static("none", "recurrent core between torso and heads: none, gru, lstm, lru or gtrxl (critic='value')")
-    core_size: int = static(128, "width of the recurrent core's state (a multiple of 4 for gtrxl)")
-    learning_rate: float = hyper(1e-3, "learning rate")
+    core_size: int = shared("core_size", 128)
+    learning_rate: float = shared("learning_rate", 1e-3)
     vtrace_lambda: float = hyper(1.0, "lambda of the V-trace traces c = lambda min(c_bar, rho)")
     clip_rho: float = hyper(1.0, "rho-bar: truncation of the importance weight in the V-trace TD errors")
     clip_c: float = hyper(1.0, "c-bar: truncation of the importance weight in the traces")
@@ -78,8 +79,8 @@ class Config(ac.Config):
     normalize_advantages: bool = static(
         False, "standardise the policy-gradient advantages within each minibatch (see the module docstring)"
     )
-    ent_coef: float = hyper(0.01, "entropy bonus coefficient")
-    vf_coef: float = hyper(0.5, "value loss coefficient")
+    ent_coef: float = shared("ent_coef", 0.01)
+    vf_coef: float = shared("vf_coef", 0.5)
 
 
 def validate(config: Config) -> None:

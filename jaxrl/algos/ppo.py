@@ -15,7 +15,7 @@ import jax
 from flax import struct
 
 from jaxrl import losses, parallel
-from jaxrl.algos.base import hyper, make_train, recurrent, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import core_field, hyper, make_train, recurrent, shared, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families import actor_critic_recurrent as acr
 from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy, init, validate  # noqa: F401 (the module's surface)
@@ -24,18 +24,18 @@ from jaxrl.rollout import episode_metrics
 
 @struct.dataclass
 class Config(ac.Config):
-    update_epochs: int = static(4, "passes over each rollout")
-    num_minibatches: int = static(4, "minibatches per pass; must divide num_envs * num_steps")
-    anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
+    update_epochs: int = shared("update_epochs", 4)
+    num_minibatches: int = shared("num_minibatches", 4)
+    anneal_lr: bool = shared("anneal_lr", True)
     clip_value_loss: bool = static(True, "clip the value loss around the rollout's values (clip_eps)")
     normalize_advantages: bool = static(True, "normalise advantages within each minibatch")
-    core: str = static("none", "recurrent core between torso and heads: none, gru, lstm, lru or gtrxl")
-    core_size: int = static(128, "width of the recurrent core's state (a multiple of 4 for gtrxl)")
-    learning_rate: float = hyper(2.5e-3, "learning rate")
-    gae_lambda: float = hyper(0.95, "GAE lambda")
+    core: str = core_field()
+    core_size: int = shared("core_size", 128)
+    learning_rate: float = shared("learning_rate", 2.5e-3)
+    gae_lambda: float = shared("gae_lambda", 0.95)
     clip_eps: float = hyper(0.2, "surrogate clipping epsilon (and value clipping range)")
-    ent_coef: float = hyper(0.01, "entropy bonus coefficient")
-    vf_coef: float = hyper(0.5, "value loss coefficient")
+    ent_coef: float = shared("ent_coef", 0.01)
+    vf_coef: float = shared("vf_coef", 0.5)
 
 
 def setup(config: Config) -> ac.Setup:

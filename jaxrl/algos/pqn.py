@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 from flax import struct
 
-from jaxrl.algos.base import check_core, make_train, recurrent, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import check_core, core_field, make_train, recurrent, shared, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import q_learning, q_learning_recurrent
 from jaxrl.algos.families.q_learning import LambdaState as TrainState
 from jaxrl.algos.families.q_learning import Setup
@@ -26,8 +26,8 @@ from jaxrl.algos.families.q_learning import Setup
 class Config(q_learning.LambdaConfig):
     """The Q-learning family's fields and those of the lambda-return iteration, at PQN's defaults."""
 
-    core: str = static("none", "recurrent core between torso and Q head: none, gru, lstm, lru or gtrxl")
-    core_size: int = static(128, "width of the recurrent core's state (a multiple of 4 for gtrxl)")
+    core: str = core_field("Q head")
+    core_size: int = shared("core_size", 128)
 
 
 def validate(config: Config) -> None:

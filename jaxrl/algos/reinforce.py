@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxrl import estimators
-from jaxrl.algos.base import check, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import check, hyper, make_train, shared, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families.actor_critic import TrainState, behaviour, evaluation_policy, init  # noqa: F401
 from jaxrl.rollout import episode_metrics, first_episode_mask, no_critic, reset, rollout
@@ -40,17 +40,17 @@ from jaxrl.types import Trajectory
 
 @struct.dataclass
 class Config(ac.Config):
-    num_envs: int = static(8, "parallel environments")
+    num_envs: int = shared("num_envs", 8)
     num_steps: int = static(64, "rollout window T per iteration, per environment (returns are cut at its end)")
-    total_timesteps: int = static(300_000, "environment steps of the whole run")
+    total_timesteps: int = shared("total_timesteps", 300_000)
     baseline: bool = static(True, "learn a value baseline V(s); returns bootstrap from it at window ends")
     whole_episodes: bool = static(False, "reset envs each rollout; learn from each env's first episode only")
     update_epochs: int = static(1, "passes over each rollout (1: one gradient step, plain REINFORCE)")
-    num_minibatches: int = static(1, "minibatches per pass; must divide num_envs * num_steps")
-    anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
+    num_minibatches: int = shared("num_minibatches", 1)
+    anneal_lr: bool = shared("anneal_lr", True)
     normalize_advantages: bool = static(True, "normalise advantages (returns without a baseline) over the batch")
-    learning_rate: float = hyper(3e-3, "learning rate")
-    ent_coef: float = hyper(0.0, "entropy bonus coefficient")
+    learning_rate: float = shared("learning_rate", 3e-3)
+    ent_coef: float = shared("ent_coef", 0.0)
     vf_coef: float = hyper(0.5, "value (baseline) loss coefficient")
 
 

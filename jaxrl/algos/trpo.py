@@ -31,7 +31,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from jaxrl import losses, optim, parallel
-from jaxrl.algos.base import check_range, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import check_range, hyper, make_train, shared, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy  # noqa: F401 (the module's surface)
 from jaxrl.minibatch import minibatch_epochs
@@ -41,8 +41,8 @@ from jaxrl.rollout import episode_metrics
 
 @struct.dataclass
 class Config(ac.Config):
-    num_steps: int = static(128, "rollout length T per iteration, per environment")
-    total_timesteps: int = static(150_000, "environment steps of the whole run")
+    num_steps: int = shared("num_steps", 128)
+    total_timesteps: int = shared("total_timesteps", 150_000)
     cg_iters: int = static(10, "conjugate gradient iterations of the natural-gradient solve")
     backtrack_iters: int = static(10, "step sizes the line search tries (backtrack_coef^i, i = 0 ..)")
     vf_epochs: int = static(5, "passes of the value regression over each rollout")
@@ -53,7 +53,7 @@ class Config(ac.Config):
     damping: float = hyper(0.1, "damping added to the Fisher matrix in the conjugate gradient solve")
     cg_tol: float = hyper(1e-10, "conjugate gradient stops when ||residual|| <= cg_tol * ||gradient||")
     backtrack_coef: float = hyper(0.5, "line search step shrink factor")
-    gae_lambda: float = hyper(0.95, "GAE lambda")
+    gae_lambda: float = shared("gae_lambda", 0.95)
     vf_learning_rate: float = hyper(1e-3, "learning rate of the value regression")
     max_grad_norm: float = hyper(0.5, "global gradient-norm clipping of the value regression")
 

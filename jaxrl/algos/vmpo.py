@@ -37,7 +37,7 @@ import optax
 from flax import struct
 
 from jaxrl import losses, parallel
-from jaxrl.algos.base import check_range, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import check_range, hyper, make_train, shared, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy  # noqa: F401 (the module's surface)
 from jaxrl.minibatch import minibatch_epochs
@@ -47,15 +47,15 @@ from jaxrl.rollout import episode_metrics
 
 @struct.dataclass
 class Config(ac.Config):
-    total_timesteps: int = static(500_000, "environment steps of the whole run")
-    update_epochs: int = static(4, "passes over each rollout")
+    total_timesteps: int = shared("total_timesteps", 500_000)
+    update_epochs: int = shared("update_epochs", 4)
     num_minibatches: int = static(4, "minibatches per pass (the E-step's batch); must divide num_envs * num_steps")
     anneal_lr: bool = static(True, "decay the network's learning rate linearly to 0 over the run")
     normalize_advantages: bool = static(True, "normalise advantages within each minibatch (in place of PopArt)")
     learning_rate: float = hyper(2.5e-3, "learning rate of the network")
     dual_learning_rate: float = hyper(1e-2, "Adam learning rate of log eta and log alpha")
     gae_lambda: float = hyper(0.95, "GAE lambda (1: n-step returns to the rollout's end)")
-    vf_coef: float = hyper(0.5, "value loss coefficient")
+    vf_coef: float = shared("vf_coef", 0.5)
     epsilon_eta: float = hyper(0.1, "E-step: the temperature dual's KL bound eps_eta")
     epsilon_alpha: float = hyper(0.01, "M-step trust region KL(pi_old || pi) <= eps_alpha (categorical policies)")
     epsilon_alpha_mu: float = hyper(0.01, "M-step bound on the mean part of the Gaussian KL")

@@ -43,8 +43,8 @@ from jaxrl.algos.base import (
     check_divides,
     check_range,
     check_torso,
-    hyper,
     recurrent,
+    shared,
     static,
     takes_setup,
 )
@@ -60,23 +60,23 @@ class Config(base.Config):
     declares its own optimisation fields (`update_epochs`, `num_minibatches`, `learning_rate`, `anneal_lr`, ...)
     and redeclares one of these only to change its default or help."""
 
-    num_envs: int = static(16, "parallel environments")
-    num_steps: int = static(64, "rollout length T per iteration, per environment")
-    torso: str = static("mlp", "observation encoder: mlp, or cnn / cnn_large for image observations [H, W, C]")
+    num_envs: int = shared("num_envs", 16)
+    num_steps: int = shared("num_steps", 64)
+    torso: str = shared("torso", "mlp")
     hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the actor and of the critic MLP")
-    activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
+    activation: str = shared("activation", "tanh")
     bound_mean: bool = static(
         False,
         "continuous actions: keep the Gaussian's mean inside the action box (low + (tanh(x) + 1) (high - low) / 2); "
         "unbounded, a mean that leaves the box gets no gradient back (every clipped sample acts the same)",
     )
-    optimizer: str = static("adam", "optimiser after global-norm clipping: adam, rmsprop or radam")
+    optimizer: str = shared("optimizer", "adam")
     normalize_observations: bool = static(False, "normalise observations by running mean and std")
     normalize_rewards: bool = static(
         False, "scale the learner's rewards by the running std of the discounted return (episode stats stay raw)"
     )
-    gamma: float = hyper(0.99, "discount factor")
-    max_grad_norm: float = hyper(0.5, "global gradient-norm clipping threshold")
+    gamma: float = shared("gamma", 0.99)
+    max_grad_norm: float = shared("max_grad_norm", 0.5)
 
     @property
     def updates_per_iteration(self) -> int:

@@ -22,7 +22,7 @@ from flax import struct
 
 from jaxrl import envs, parallel
 from jaxrl.algos import base
-from jaxrl.algos.base import hyper, static
+from jaxrl.algos.base import shared, static
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.networks import ActorCritic
 from jaxrl.rollout import (
@@ -48,14 +48,14 @@ class GroupConfig(base.Config):
     group_size: int = static(8, "members G per group (rollouts sharing a start)")
     group_mode: str = static("start", "start: groups start from fresh resets; branch: from states along rollouts")
     horizon: int = static(0, "steps each member runs; 0 = the env's time limit (whole episodes)")
-    torso: str = static("mlp", "observation encoder: mlp, or cnn / cnn_large for image observations [H, W, C]")
+    torso: str = shared("torso", "mlp")
     total_timesteps: int = static(500_000, "environment steps of the whole run (all members, masked steps too)")
     hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the policy MLP")
-    activation: str = static("tanh", "hidden activation: tanh, relu, gelu or silu")
-    optimizer: str = static("adam", "optimiser after global-norm clipping: adam, rmsprop or radam")
-    anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
-    ent_coef: float = hyper(0.0, "entropy bonus coefficient")
-    max_grad_norm: float = hyper(0.5, "global gradient-norm clipping threshold")
+    activation: str = shared("activation", "tanh")
+    optimizer: str = shared("optimizer", "adam")
+    anneal_lr: bool = shared("anneal_lr", True)
+    ent_coef: float = shared("ent_coef", 0.0)
+    max_grad_norm: float = shared("max_grad_norm", 0.5)
 
     @property
     def num_envs(self) -> int:

@@ -41,6 +41,7 @@ from jaxrl.algos.base import (
     check_range,
     check_replay,
     hyper,
+    shared,
     static,
     takes_setup,
 )
@@ -56,20 +57,20 @@ class Config(base.Config):
     their own (and may change defaults)."""
 
     env: str = static("Pendulum-v1", "gymnax environment id (continuous, Box actions)")
-    num_envs: int = static(4, "parallel environments")
+    num_envs: int = shared("num_envs", 4)
     num_steps: int = static(4, "env steps per environment per iteration (the train frequency)")
-    total_timesteps: int = static(20_000, "environment steps of the whole run")
+    total_timesteps: int = shared("total_timesteps", 20_000)
     buffer_size: int = static(100_000, "replay capacity in transitions; a multiple of num_envs")
     replay_batch_size: int = static(128, "transitions per gradient step (a sampled replay batch)")
     updates_per_iteration: int = static(16, "gradient steps per iteration (per num_envs * num_steps env steps)")
     learning_starts: int = static(1_000, "env steps of uniformly random actions before the first gradient step")
     num_critics: int = static(2, "Q-networks; targets take their minimum (clipped double Q-learning; 1: DDPG)")
     hidden_sizes: tuple[int, ...] = static((64, 64), "hidden layer sizes of the actor and the critics")
-    activation: str = static("relu", "hidden activation: tanh, relu, gelu or silu")
+    activation: str = shared("activation", "relu")
     critic_layer_norm: bool = static(False, "LayerNorm before each hidden activation of the critics")
     actor_learning_rate: float = hyper(1e-3, "Adam learning rate of the actor")
     critic_learning_rate: float = hyper(1e-3, "Adam learning rate of the critics")
-    gamma: float = hyper(0.99, "discount factor")
+    gamma: float = shared("gamma", 0.99)
     tau: float = hyper(0.005, "Polyak step of the target networks: target <- tau online + (1 - tau) target")
 
 

@@ -37,6 +37,7 @@ from jaxrl.algos.base import (
     check_range,
     check_torso,
     hyper,
+    shared,
     static,
     takes_setup,
 )
@@ -57,19 +58,19 @@ class Config(base.Config):
     """The fields every Q-learning algorithm shares; a subclass redeclares one only to change its default or help."""
 
     env: str = static("CartPole-v1", "gymnax environment id (discrete actions)")
-    num_envs: int = static(32, "parallel environments")
-    num_steps: int = static(32, "rollout length T per iteration, per environment")
-    total_timesteps: int = static(200_000, "environment steps of the whole run")
-    torso: str = static("mlp", "observation encoder: mlp, or cnn / cnn_large for image observations [H, W, C]")
+    num_envs: int = shared("num_envs", 32)
+    num_steps: int = shared("num_steps", 32)
+    total_timesteps: int = shared("total_timesteps", 200_000)
+    torso: str = shared("torso", "mlp")
     hidden_sizes: tuple[int, ...] = static((128, 128), "hidden layer sizes of the Q-network (torso=mlp)")
-    activation: str = static("relu", "hidden activation: tanh, relu, gelu or silu")
+    activation: str = shared("activation", "relu")
     layer_norm: bool = static(True, "LayerNorm before each hidden activation (stabilises bootstrapping)")
     learning_rate: float = hyper(5e-4, "learning rate of the optimiser")
-    gamma: float = hyper(0.99, "discount factor")
+    gamma: float = shared("gamma", 0.99)
     epsilon_start: float = hyper(1.0, "exploration epsilon at the start")
     epsilon_end: float = hyper(0.05, "exploration epsilon after the decay")
     epsilon_decay_fraction: float = hyper(0.2, "fraction of total_timesteps over which epsilon decays linearly")
-    max_grad_norm: float = hyper(10.0, "global gradient-norm clipping threshold")
+    max_grad_norm: float = shared("max_grad_norm", 10.0)
 
 
 def validate_common(config: Config, algorithm: str, positive_ints: tuple[str, ...] = ()) -> None:
@@ -165,9 +166,9 @@ class LambdaConfig(Config):
     """The family's fields plus those of the lambda-return iteration (PQN, SARSA)."""
 
     learning_rate: float = hyper(5e-4, "RAdam learning rate")
-    update_epochs: int = static(2, "passes over each rollout")
-    num_minibatches: int = static(8, "minibatches per pass; must divide num_envs * num_steps")
-    anneal_lr: bool = static(True, "decay the learning rate linearly to 0 over the run")
+    update_epochs: int = shared("update_epochs", 2)
+    num_minibatches: int = shared("num_minibatches", 8)
+    anneal_lr: bool = shared("anneal_lr", True)
     q_lambda: float = hyper(0.95, "lambda of the Q(lambda) targets")
     reward_scale: float = hyper(0.1, "rewards are multiplied by this before the targets")
 
