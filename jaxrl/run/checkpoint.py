@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,7 @@ def with_empty(tree, like):
 
 
 CHECKSUMS = "checksums.json"
+QUIET_S = 0.2  # a failed save's leftovers count as removed once absent this long (see _remove_unfinished)
 
 
 def _digest(path: Path) -> str:
@@ -178,14 +180,35 @@ def _check_space(directory: Path, state, payload: dict) -> None:
         raise OSError(errno.ENOSPC, detail, str(directory))
 
 
-def _remove_unfinished(directory: Path, iteration: int) -> None:
-    """Removes what a failed save of `iteration` left: orbax's temporary folder, or the step without checksums."""
+def _unfinished(directory: Path, iteration: int) -> list[Path]:
+    """What a failed save of `iteration` left: orbax's temporary folder, or the step without checksums."""
     if not directory.is_dir():
-        return
-    for path in directory.iterdir():
-        unfinished = path.name == str(iteration) and not (path / CHECKSUMS).exists()
-        if unfinished or path.name.startswith(f"{iteration}.orbax-checkpoint-tmp"):
-            shutil.rmtree(path, ignore_errors=True)
+        return []
+    return [
+        path
+        for path in directory.iterdir()
+        if (path.name == str(iteration) and not (path / CHECKSUMS).exists())
+        or path.name.startswith(f"{iteration}.orbax-checkpoint-tmp")
+    ]
+
+
+def _remove_unfinished(directory: Path, iteration: int, patience_s: float = 10.0) -> None:
+    """Removes what a failed save of `iteration` left. A write that failed (a full disk) can leave orbax's other
+    writer threads still adding files to the temporary folder, so a removal can fail or be undone: it is repeated
+    until the folder has stayed absent for QUIET_S, or patience_s has passed."""
+    deadline = time.monotonic() + patience_s
+    quiet_since = None
+    while time.monotonic() < deadline:
+        left = _unfinished(directory, iteration)
+        if not left:
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since >= QUIET_S:
+                return
+        else:
+            quiet_since = None
+            for path in left:
+                shutil.rmtree(path, ignore_errors=True)
+        time.sleep(0.02)
 
 
 def _steps(directory: Path) -> list[int]:
