@@ -1,4 +1,4 @@
-"""Which memory core learns bsuite's memory chain: PPO or PQN at the MemoryChain-bsuite preset with each core.
+"""Which memory core learns a memory task: PPO or PQN at the MemoryChain-bsuite preset with each core.
 
 Each row trains `--algo`'s `make_train` (PPO by default, or PQN) at `presets.get(algo, "MemoryChain-bsuite",
 core=..., total_timesteps=--steps)` (32 envs x 24 steps, 4 minibatches of 8 env sequences, lr 1e-3, 64 core
@@ -8,9 +8,10 @@ program, then plays the greedy policy on 64 fresh episodes per seed (`run.evalua
 the first step only and must be reported at the last (memory length 5): +1 or -1, 0 in expectation for a policy
 without memory. compile_s and run_s as `benchmarks.common.measure` defines them (one cold run).
 
-`--env MemoryChain-bsuite-L<n>` (`jaxrl.envs.memory`) sets a longer memory length, `--num-steps` the rollout (and
-so the truncated-backpropagation) length. Rows are merged into the JSON by (algo, env, core, steps, num_steps),
-so runs at several lengths build one table.
+`--env MemoryChain-bsuite-L<n>` (`jaxrl.envs.memory`) sets a longer memory length, `--env popgym-<Task><Level>-v0`
+one of POPGym's tasks (the same preset), `--num-steps` the rollout (and so the truncated-backpropagation) length.
+Each row also records the training return: the mean episode return of the last 10% of iterations, per seed.
+Rows are merged into the JSON by (algo, env, core, steps, num_steps), so runs on several tasks build one table.
 
 Usage: `python -m benchmarks.memory_cores [--algo ppo|pqn] [--env MemoryChain-bsuite] [--cores gru lstm lru gtrxl
 none] [--steps 40000] [--seeds 4] [--num-steps N]` -> benchmarks/results/memory_cores.{json,md}.
@@ -54,13 +55,15 @@ def row(algo: str, env: str, core: str, steps: int, seeds: int, num_steps: int |
     module.validate(config)
 
     def run(key):
-        state, _ = module.train(config, key)
+        state, metrics = module.train(config, key)
         act, normalize = base.evaluation_policy(config, state, algo=module)
-        return evaluate(config.env, act, jax.random.fold_in(key, 1), 64, normalize=normalize)["mean_return"]
+        greedy = evaluate(config.env, act, jax.random.fold_in(key, 1), 64, normalize=normalize)["mean_return"]
+        return greedy, metrics["episode_return"]
 
     keys = jax.random.split(jax.random.key(0), seeds)
-    compile_s, run_s, returns = measure(jax.vmap(run), keys)
-    returns = np.asarray(returns)
+    compile_s, run_s, (returns, curves) = measure(jax.vmap(run), keys)
+    returns, curves = np.asarray(returns), np.asarray(curves)  # [seeds], [seeds, iterations]
+    training = np.nanmean(curves[:, -max(1, curves.shape[1] // 10) :], axis=1)  # the last 10% of iterations
     return {
         "algo": algo,
         "env": env,
@@ -73,6 +76,8 @@ def row(algo: str, env: str, core: str, steps: int, seeds: int, num_steps: int |
         "seeds": seeds,
         "greedy_return_per_seed": returns.round(3).tolist(),
         "greedy_return_mean": float(returns.mean()),
+        "training_return_per_seed": training.round(3).tolist(),
+        "training_return_mean": float(training.mean()),
         "compile_s": round(compile_s, 1),
         "run_s": round(run_s, 1),
     }
@@ -89,15 +94,16 @@ def markdown(record: dict) -> str:
         "(the 1-minute load average of each row is given: seconds are comparable only at similar load).",
         "",
         "| algo | env | core | rollout steps | env steps x seeds | greedy return per seed (64 episodes) | mean "
-        "| compile s | run s | load | date |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| training return (last 10%) | compile s | run s | load | date |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in record["rows"]:
         per_seed = ", ".join(f"{x:.2f}" for x in r["greedy_return_per_seed"])
+        training = f"{r['training_return_mean']:.2f}" if "training_return_mean" in r else "not recorded"
         lines.append(
             f"| {r['algo']} | {r['env']} | {r['core']} | {r['num_steps']} | {r['steps']} x {r['seeds']} | {per_seed} | "
-            f"{r['greedy_return_mean']:.2f} | {r['compile_s']} | {r['run_s']} | {r['load_average_1min']} | "
-            f"{r['date']} |"
+            f"{r['greedy_return_mean']:.2f} | {training} | {r['compile_s']} | {r['run_s']} | "
+            f"{r['load_average_1min']} | {r['date']} |"
         )
     return "\n".join(lines + [""] + [f"- {note}" for note in NOTES]) + "\n"
 

@@ -492,26 +492,34 @@ def pbt() -> str:
     )
 
 
-def _memory_length(env: str) -> int:
-    return int(env.rsplit("-L", 1)[1]) if "-L" in env else 5
+def _memory_task(env: str) -> tuple:
+    """(0, memory length) for a MemoryChain id, (1, POPGym task) for a `popgym-<Task><Level>-v0` id: the table's
+    order, MemoryChain by length first."""
+    if env.startswith("popgym-"):
+        return 1, env.removeprefix("popgym-").removesuffix("-v0")
+    return 0, int(env.rsplit("-L", 1)[1]) if "-L" in env else 5
+
+
+def _memory_label(env: str) -> str:
+    popgym, task = _memory_task(env)
+    return f"POPGym {task}" if popgym else f"MemoryChain L{task}"
 
 
 def memory() -> str:
     data = load("memory_cores")
     order = ["gru", "lstm", "lru", "gtrxl", "none"]
     algos = ["ppo", "pqn"]
-    rows = sorted(
-        data["rows"], key=lambda r: (algos.index(r["algo"]), _memory_length(r["env"]), order.index(r["core"]))
-    )
+    rows = sorted(data["rows"], key=lambda r: (algos.index(r["algo"]), _memory_task(r["env"]), order.index(r["core"])))
     body = table(
         rows,
         [
             ("algorithm", lambda r: r["algo"].upper()),
-            ("length", lambda r: _memory_length(r["env"])),
+            ("task", lambda r: _memory_label(r["env"])),
             ("core", lambda r: "MLP" if r["core"] == "none" else r["core"]),
             ("rollout", lambda r: r["num_steps"]),
             ("steps x seeds", lambda r: f"{steps(r['steps'])} x {r['seeds']}"),
             ("greedy return per seed", lambda r: " ".join(f"{v:.2f}" for v in r["greedy_return_per_seed"])),
+            ("training return", lambda r: num(r.get("training_return_mean"), 2)),
             ("compile s", lambda r: num(r["compile_s"])),
             ("run s", lambda r: num(r["run_s"])),
             ("load, date", lambda r: f"{num(r['load_average_1min'])}, {r['date'][5:]}"),
@@ -519,12 +527,15 @@ def memory() -> str:
     )
     return (
         "# Memory cores\n\nPPO and PQN with each memory core (`core=`) on bsuite's memory chain "
-        "(`MemoryChain-bsuite-L<n>`, memory length n): a context bit is shown at the first step only and must be reported after "
-        "n more steps, so the greedy return is 1 for a policy that remembers and 0 in expectation for one "
-        "that does not. Each row trains the algorithm's `MemoryChain-bsuite` preset (64 core units) on 4 seeds "
-        "vmapped in one program, then plays the greedy policy on 64 fresh episodes per seed "
-        "(`python -m benchmarks.memory_cores --algo ppo|pqn`). Seconds are comparable only between rows at a "
-        "similar load. "
+        "(`MemoryChain-bsuite-L<n>`, memory length n): a context bit is shown at the first step only and must be "
+        "reported after n more steps, so the greedy return is 1 for a policy that remembers and 0 in expectation "
+        "for one that does not. The POPGym rows (`popgym-<Task><Level>-v0`, returns in [-1, 1]) are POPGym's "
+        "tasks: name the suit of the card dealt k steps ago (RepeatPrevious), count the cards of the queried type "
+        "dealt so far (CountRecall), balance a cart-pole or pendulum from positions alone. Each row "
+        "trains the algorithm's `MemoryChain-bsuite` preset (64 core units) on 4 seeds vmapped in one program, then "
+        "plays the greedy policy on 64 fresh episodes per seed (`python -m benchmarks.memory_cores --algo "
+        "ppo|pqn --env ID`); the training return is the mean episode return of the last 10% of iterations (not "
+        "recorded for the older rows). Seconds are comparable only between rows at a similar load. "
         "Which core to pick: [Algorithms](../algorithms/index.md).\n\n" + machine(data) + "\n" + body
         + notes("memory")
     )
