@@ -278,3 +278,22 @@ def test_install_size_finds_what_only_one_dependency_needs():
     assert only_for(base, {"b"}) == {"distributions": ["b", "e"], "mb": 1.0}
     assert only_for(base, {"c"}) == {"distributions": ["c", "f", "g"], "mb": 2.0}
     assert only_for(base, {"a", "b"})["distributions"] == ["a", "b", "d", "e"]
+
+
+@pytest.mark.slow
+def test_memory_cores_row_on_a_popgym_task_has_both_returns(tmp_path):
+    """A memory_cores row (the MLP on POPGym's RepeatPrevious, 2 seeds, 9 iterations of 24 steps, so that a 51-step
+    episode ends in the last): the greedy and the training return per seed, both in POPGym's [-1, 1]; the table
+    shows the training return, and says where an older row has none."""
+    from benchmarks import memory_cores
+
+    row = memory_cores.row("ppo", "popgym-RepeatPreviousEasy-v0", "none", 9 * 32 * 24, 2, None)
+    assert row["env"] == "popgym-RepeatPreviousEasy-v0" and row["seeds"] == 2
+    for name in ("greedy_return", "training_return"):
+        per_seed = np.asarray(row[f"{name}_per_seed"])
+        assert per_seed.shape == (2,) and np.all(np.abs(per_seed) <= 1.0), (name, per_seed)
+        assert row[f"{name}_mean"] == pytest.approx(per_seed.mean(), abs=1e-3)
+    old = {k: v for k, v in row.items() if not k.startswith("training_return")}
+    record = memory_cores.merge(tmp_path / "none.json", [row, {**old, "core": "gru"}])
+    table = memory_cores.markdown({**record, "machine": {"processor": "x", "cpu_count": 2}})
+    assert f"| {row['training_return_mean']:.2f} |" in table and "| not recorded |" in table
