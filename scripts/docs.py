@@ -560,7 +560,8 @@ def index() -> str:
         "`benchmarks.throughput`, `benchmarks.sweep_throughput`, `benchmarks.scaling`, `benchmarks.torsos`, "
         "`benchmarks.suites` |\n"
         "| [Peers](peers.md) | against rejax and PyTorch | `benchmarks.peers` |\n"
-        "| [Memory cores](memory.md) | each memory core against the MLP on memory chains of length 5 to 80 | "
+        "| [Memory cores](memory.md) | each memory core against the MLP on memory chains of length 5 to 80 and "
+        "POPGym | "
         "`benchmarks.memory_cores` |\n"
         "| [PBT](pbt.md) | population-based training against random search and the defaults | "
         "`benchmarks.pbt_vs_search` |\n" + notes("index")
