@@ -46,20 +46,25 @@ def pytest_addoption(parser):
     )
 
 
-def _named(item, config):
+def _named(item, config) -> bool:
     """Whether the command line names the item's file or the item itself (not only a folder above it)."""
     for arg in config.args:
         path, _, rest = arg.partition("::")
         if path.endswith(".py") and os.path.exists(path) and os.path.samefile(path, item.path):
-            return not rest or item.nodeid.split("::", 1)[1].startswith(rest)
+            if not rest or item.nodeid.split("::", 1)[1].startswith(rest):
+                return True
     return False
+
+
+def _extended_wanted(config) -> bool:
+    return config.getoption("--extended") or EXTENDED in (config.getoption("markexpr") or "")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Extended-tier tests are slow tests too (the quick tier never holds them); they run with `--extended`, with
     `-m` naming the marker, or when the command line names their file or themselves."""
-    wanted = config.getoption("--extended") or EXTENDED in (config.getoption("markexpr") or "")
+    wanted = _extended_wanted(config)
     kept, left = [], []
     for item in items:
         extended = item.get_closest_marker(EXTENDED) is not None
@@ -71,9 +76,10 @@ def pytest_collection_modifyitems(config, items):
         items[:] = kept
 
 
-def pytest_report_header(config):
-    if not config.getoption("--extended"):
-        return "extended tier: not run (--extended runs it as well)"
+def pytest_terminal_summary(terminalreporter, config):
+    named = any(arg.partition("::")[0].endswith(".py") for arg in config.args)
+    if not _extended_wanted(config) and not named:
+        terminalreporter.write_line("the extended tier did not run (scripts/test.sh --extended runs it too)")
 
 
 def pytest_unconfigure(config):
