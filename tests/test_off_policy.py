@@ -217,7 +217,7 @@ def test_target_networks_move_by_tau(algo):
     assert set(learners.target_params) == ({"critic"} if name == "sac" else {"actor", "critic"})
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.parametrize("algo", ["td3"], indirect=True)
 @pytest.mark.parametrize("delay", [2, 3])
 def test_td3_actor_and_targets_update_only_every_policy_delay_steps(algo, delay):

@@ -367,7 +367,7 @@ print("ok")
 """
 
 
-@pytest.mark.slow
+@pytest.mark.extended
 def test_cli_devices_and_cpu_cores(tmp_path):
     """`jaxrl train ppo --devices 2 --cpu-cores 2` (the flag makes the 2 CPU devices itself), then
     `jaxrl eval` of its 2-device checkpoint on one device."""

@@ -259,7 +259,7 @@ def test_initial_population_draws_from_priors_and_keeps_member_zero():
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # two programs compiled without the algebraic simplifier
+@pytest.mark.extended  # two programs compiled without the algebraic simplifier
 def test_population_without_exploit_equals_independent_runs():
     """ready = num_iterations: the only ready step would follow the last iteration, so it is skipped, and the
     program is `jax.vmap(base.train)` of the same configs and keys, bit for bit. Both compile without XLA's

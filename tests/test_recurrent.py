@@ -90,7 +90,10 @@ def test_rollout_resets_state_exactly_at_episode_starts():
 RECURRENT_CORES = ["gru", "lstm", "lru", "gtrxl"]
 
 
-@pytest.fixture(scope="module", params=RECURRENT_CORES)
+# the transformer core's rollout compiles for longest: its checks run in the extended tier
+@pytest.fixture(
+    scope="module", params=[c if c != "gtrxl" else pytest.param(c, marks=pytest.mark.extended) for c in RECURRENT_CORES]
+)
 def core_rollout(request):
     """The TINY PPO of a core: its initial state (key 0) and one rollout from it (key 1), one compiled program.
     The tests of the core share it: the learner's re-run, the shapes, the checkpoint."""

@@ -144,7 +144,7 @@ def test_metrics_are_per_iteration(tiny_runs):
     assert np.all(metrics["value_loss"] == 0.0)  # no critic without a baseline
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # the actor-critic family's vmap check is PPO's, in the default suite
 def test_vmap_over_keys_equals_separate_runs(tiny_runs):
     separate, batched = tiny_runs
     for i, run in enumerate(separate):
