@@ -521,7 +521,8 @@ EVERY = [(name, kwargs) for name, kwargs in SMALL.items() if name not in EMULATE
 
 
 def check_on_two_devices(cases, every, sweep):
-    """Runs SHARDED_EQUALS_EMULATED in one process with 2 CPU devices (one JAX start); returns its output lines."""
+    """Runs SHARDED_EQUALS_EMULATED on `cases` and `every` (and the sweep rows when `sweep`) in one process with 2
+    CPU devices (one JAX start), and asserts each case printed its line, in order."""
     script = SHARDED_EQUALS_EMULATED.format(cases=cases, every=every, sweep=sweep)
     lines = run_on_two_devices(script, timeout=3 * TIMEOUT_S).strip().splitlines()
     assert "auto [2, 1, 2, 1, 2]" in lines, lines
