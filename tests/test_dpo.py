@@ -186,15 +186,13 @@ def test_registered_as_dpo():
     assert dpo.Config().num_steps == 500 and dpo.Config(env="Pendulum-v1").num_steps == 200
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # the default suite vmaps PPO, DQN and PQN; the extended tier every algorithm
 @pytest.mark.parametrize(
     "config",
     [
         TINY,
-        pytest.param(
-            dataclasses.replace(TINY, group_mode="branch", pairs="all", reference="initial"), marks=pytest.mark.extended
-        ),
-        pytest.param(dataclasses.replace(TINY, env="Pendulum-v1", reference="behaviour"), marks=pytest.mark.extended),
+        dataclasses.replace(TINY, group_mode="branch", pairs="all", reference="initial"),
+        dataclasses.replace(TINY, env="Pendulum-v1", reference="behaviour"),
     ],
     ids=["start", "branch-all-initial", "pendulum"],
 )

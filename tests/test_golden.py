@@ -10,13 +10,33 @@ import numpy as np
 import pytest
 from golden_cases import CASES, GOLDEN_DIR, RECORD_DIR, run_case
 
-# the quick tier (-m "not slow") replays PPO and DQN (on-policy, Q-learning); the full suite (CI) every case
+# the quick tier (-m "not slow") replays PPO and DQN (on-policy, Q-learning); the default suite (CI) one case per
+# code path: every algorithm, the recurrent PPO and DQN (R2D2), GRPO's replay and PPO's Gaussian policy; the extended
+# tier the variants that switch options inside one of those paths
 QUICK = {"ppo", "dqn"}
+VARIANTS = {
+    "a2c_gae_adam_anneal",
+    "reinforce_no_baseline_whole",
+    "trpo_pendulum",
+    "impala_q",
+    "grpo_branch",
+    "grpo_lag_kl",
+    "grpo_pendulum_process",
+    "dqn_plain",
+    "dqn_dueling_polyak",
+    "dqn_prioritized",
+    "sarsa_expected",
+    "sac_fixed_alpha",
+}
 
 
-@pytest.mark.parametrize(
-    "case", [case if case in QUICK else pytest.param(case, marks=pytest.mark.slow) for case in sorted(CASES)]
-)
+def tier(case: str):
+    if case in QUICK:
+        return case
+    return pytest.param(case, marks=pytest.mark.extended if case in VARIANTS else pytest.mark.slow)
+
+
+@pytest.mark.parametrize("case", [tier(case) for case in sorted(CASES)])
 def test_bit_identical_to_recorded(case):
     if not GOLDEN_DIR.is_dir():
         pytest.skip(f"no golden recordings for this CPU ({GOLDEN_DIR.name}): `python tests/golden_cases.py` records")

@@ -123,7 +123,7 @@ def test_metrics_are_per_iteration(tiny_runs):
     np.testing.assert_allclose(metrics["importance_weight"], 1.0, rtol=1e-6)  # on-policy: w = 1
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # the default suite vmaps PPO, DQN and PQN; the extended tier every algorithm
 def test_vmap_over_seeds_equals_separate_runs(tiny_runs):
     separate, batched = tiny_runs
     for i, run in enumerate(separate):

@@ -66,7 +66,7 @@ def test_metrics_and_lagged_behaviour(runs):
     assert np.all(np.abs(w[1:] - 1.0) > 1e-7)  # later ones with the initial ones, then with 2 updates old ones
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # the default suite vmaps PPO, DQN and PQN; the extended tier every algorithm
 def test_vmap_over_seeds_equals_separate_runs(runs):
     separate, batched = runs
     for i, run in enumerate(separate):

@@ -187,7 +187,7 @@ def test_same_key_same_result_different_key_different(algo):
     assert differ(other[0].params, separate[0][0].params)
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # the default suite vmaps PPO, DQN and PQN; the extended tier every algorithm
 def test_vmap_over_seeds_and_hyperparameters_equals_separate_runs(algo):
     """Two runs differing in key, learning rates and tau: one compiled program runs both (they are traced
     leaves), and vmapping them gives the separate runs."""
