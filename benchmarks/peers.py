@@ -165,8 +165,9 @@ class Venv:
         return self.python, f"built {self.path} in {time.perf_counter() - start:.0f} s"
 
 
-def run_worker(python, name: str, spec: dict, timeout_s: float) -> dict:
-    env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false", "PYTHONPATH": str(ROOT)}
+def run_worker(python, name: str, spec: dict, timeout_s: float, extra_env: dict | None = None) -> dict:
+    """`python <name>_worker.py '<spec>'` in a fresh process (compilation cache off, `extra_env` added): its JSON."""
+    env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false", "PYTHONPATH": str(ROOT), **(extra_env or {})}
     start = time.perf_counter()
     try:
         done = subprocess.run(

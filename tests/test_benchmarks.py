@@ -230,6 +230,36 @@ def test_purejaxrl_side_by_side_pairs_each_jaxrl_run_with_that_rounds_peer_run()
     assert table["ppo"]["compile_ratio_median"] == 0.75
 
 
+def test_xla_options_are_paired_with_the_default_run_of_their_case_and_round():
+    from benchmarks import xla_options
+
+    names = ["default", "llvm -O1", "XNNPACK dots"]
+    assert xla_options.order(0, names) == names and xla_options.order(1, names) == names[::-1]
+
+    def run(case, options, round_index, compile_s, steps_per_s):
+        return dict(ok=True, case=case, options=options, round=round_index, compile_s=compile_s,
+                    steps_per_s=steps_per_s, final_return=500.0)  # fmt: skip
+
+    results = [
+        run("ppo", "default", 0, 4.0, 100e3),
+        run("ppo", "llvm -O1", 0, 2.0, 90e3),
+        run("ppo", "llvm -O1", 1, 4.0, 110e3),
+        run("ppo", "default", 1, 5.0, 100e3),
+        run("dqn", "llvm -O1", 0, 1.0, 10e3),  # no default run of dqn to pair with
+        {"ok": False, "case": "dqn", "options": "default", "round": 0, "error": "x"},
+    ]
+    table = {(row["case"], row["options"]): row for row in xla_options.ratio_rows(results)}
+    assert set(table) == {("ppo", "default"), ("ppo", "llvm -O1")}
+    assert table["ppo", "llvm -O1"]["compile_ratio"] == pytest.approx((0.5 + 0.8) / 2)
+    assert table["ppo", "llvm -O1"]["throughput_ratio"] == pytest.approx((0.9 + 1.1) / 2)
+    assert table["ppo", "default"]["compile_ratio"] == 1.0
+    record = {"argv": [], "commit": "abc", "machine": {"processor": "cpu", "cpu_count": 2}, "load_before": [1.0],
+              "load_after": [1.0], "rounds": 2}  # fmt: skip
+    text = xla_options.markdown(list(table.values()), record)
+    assert "| ppo | `--xla_backend_optimization_level=1` | 2.00-4.00 | 0.65x | 90k-110k | 1.00x | 500.0-500.0 |" in text
+    assert "| ppo | `(none)` | 4.00-5.00 | 1.00x |" in text
+
+
 def test_jaxrl_takes_purejaxrl_dqn_config_in_its_own_units():
     from benchmarks.peer_workers import jaxrl_at_purejaxrl_worker, purejaxrl_cases
 
