@@ -151,7 +151,7 @@ def test_ready_step_copies_bottom_from_top_and_leaves_the_rest():
         np.testing.assert_array_equal(new_configs.gamma, configs.gamma)
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # the default suite's ready-step checks: a population of arrays, and the PBT program
 def test_ready_step_on_ppo_train_states():
     """The same on PPO's own TrainState: params and Adam state from the parent, env batch and key kept."""
     priors = pbt.validate(CONFIG, PBT)

@@ -61,7 +61,7 @@ def collected(core: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("core", ["gru", "lstm"])
+@pytest.mark.parametrize("core", ["gru", pytest.param("lstm", marks=pytest.mark.extended)])
 def test_burn_in_from_the_stored_state_reproduces_the_behaviour_states(core):
     """A replayed window of 8 steps and its stored first state, unrolled by the learner's burn-in over its first k
     steps with the behaviour's parameters, gives the state the behaviour stored at step k, for every k (k = 0: the

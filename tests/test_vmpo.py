@@ -219,7 +219,7 @@ def test_registered():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("env", ["CartPole-v1", pytest.param("Pendulum-v1", marks=pytest.mark.extended)])
 def test_state_duals_and_metrics_shapes(env):
     config = dataclasses.replace(TINY, env=env)
     state, metrics = jax.jit(vmpo.make_train(config))(jax.random.key(0))
