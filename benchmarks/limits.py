@@ -4,8 +4,9 @@
     python -m benchmarks.limits --quick    # fewer iterations
 
 (a) Rollout, at 4 and 2048 envs: `rollout.rollout` as PPO's update calls it (the critic after the scan, the
-    truncation bootstrap) against the env-only limit (random actions) and the env + policy-forward limit (the
-    actor's forward pass and sampling, nothing stored), `benchmarks.throughput.env_loop`.
+    truncation bootstrap) against the env-only limit (random actions), the env + policy-forward limit (the
+    actor's forward pass and sampling, nothing stored) and the env + policy-and-critic-forward limit (the same and
+    the critic on every observation, which GAE needs), `benchmarks.throughput.env_loop`.
 (b) PPO's update phase: `update_epochs` x `num_minibatches` minibatch steps of jaxrl (`ppo.loss_fn` through
     `actor_critic.minibatch_updates`) against the same steps written as plainly as possible: a flax 2 x 64 tanh
     actor and critic, distrax's categorical, the clipped surrogate and the clipped value loss, an entropy bonus,
@@ -101,9 +102,19 @@ def rollout_section(num_envs: int, iterations: int, repeats: int, key) -> list[d
 
         return jax.lax.scan(one, carry, jax.random.split(key, iterations))[1].sum()
 
+    def act_and_value(params):  # the policy and the critic on every observation, as the rollout needs them
+        act, value = actor_critic.behaviour(setup.network, params)
+
+        def both(obs, k):
+            action, log_prob = act(obs, k)
+            return action, log_prob + value(obs)
+
+        return both
+
     cases = {
         "env only (random actions)": env_loop(setup.env, lambda p: random_act(setup.env.spec), length),
         "env + policy forward": env_loop(setup.env, lambda p: actor_critic.behaviour(setup.network, p)[0], length),
+        "env + policy and critic forward": env_loop(setup.env, act_and_value, length),
         "jaxrl rollout (critic, bootstrap, stored)": jaxrl_rollouts,
     }
     rows = []
@@ -112,9 +123,10 @@ def rollout_section(num_envs: int, iterations: int, repeats: int, key) -> list[d
         rows.append(
             {"section": "a", "case": name, "num_envs": num_envs, "steps_per_s": length * num_envs / r["run_s"], **r}
         )
-    limit = rows[1]["steps_per_s"]
+    policy_limit, actor_critic_limit = rows[1]["steps_per_s"], rows[2]["steps_per_s"]
     for r in rows:
-        r["of_policy_forward_limit"] = r["steps_per_s"] / limit
+        r["of_policy_forward_limit"] = r["steps_per_s"] / policy_limit
+        r["of_actor_critic_limit"] = r["steps_per_s"] / actor_critic_limit
     return rows
 
 
@@ -377,12 +389,13 @@ def markdown(rows: list[dict], record: dict) -> str:
         f"jaxrl at {record['commit']}, {record['machine']['processor']}, {record['machine']['cpu_count']} CPUs, "
         f"XLA_FLAGS={record['xla_flags']!r}, load before {record['load_before']}, after {record['load_after']}.",
         "",
-        "## (a) Rollout against the env-only and env + policy-forward limits",
-        "| num_envs | case | env steps/s | of the env + policy limit | ops |",
-        "|---|---|---|---|---|",
+        "## (a) Rollout against the env-only, env + policy-forward and env + policy-and-critic-forward limits",
+        "| num_envs | case | env steps/s | of the env + policy limit | of the env + policy and critic limit | ops |",
+        "|---|---|---|---|---|---|",
     ]
     out += [
-        f"| {r['num_envs']} | {r['case']} | {r['steps_per_s']:,.0f} | {r['of_policy_forward_limit']:.2f} | {r['ops']} |"
+        f"| {r['num_envs']} | {r['case']} | {r['steps_per_s']:,.0f} | {r['of_policy_forward_limit']:.2f} | "
+        f"{r['of_actor_critic_limit']:.2f} | {r['ops']} |"
         for r in rows
         if r["section"] == "a"
     ]
