@@ -120,6 +120,28 @@ def commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
+def shown(result: dict, compile_digits: int = 1) -> str:
+    """A worker's result as one progress line: env steps/s and compile seconds, or the end of its error."""
+    if not result["ok"]:
+        return result.get("error", "")[-300:]
+    return f"{result['steps_per_s'] / 1e3:.0f}k steps/s, compile {result['compile_s']:.{compile_digits}f} s"
+
+
+def run_record(argv, rounds: int, results: list[dict], load_before) -> dict:
+    """What a side-by-side run records beside its table: when, the command (paths as DIR), the commit, the
+    machine, the load before and after, and every worker's result."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "argv": [a if not a.startswith("/") else "DIR" for a in (argv if argv is not None else sys.argv[1:])],
+        "commit": commit(),
+        "machine": machine(),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "rounds": rounds,
+        "runs": results,
+    }
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--source", type=Path, required=True, help="PureJaxRL's purejaxrl/ folder (ppo.py, dqn.py)")
@@ -146,26 +168,11 @@ def main(argv=None) -> None:
             extra = {}
             if spec.get("devices", 1) > 1:
                 extra = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={spec['devices']}"}
-            os.environ.update(extra)
-            result = run_worker(pythons[library], workers[library], spec, args.timeout)
-            for name in extra:
-                os.environ.pop(name)
+            result = run_worker(pythons[library], workers[library], spec, args.timeout, extra)
             result.update(label=label, case=spec["case"], library=library, round=round_index)
             results.append(result)
-            shown = result.get("error", "")[-300:]
-            if result["ok"]:
-                shown = f"{result['steps_per_s'] / 1e3:.0f}k steps/s, compile {result['compile_s']:.1f} s"
-            print(f"round {round_index} {label:40s} {library:10s} {shown}", flush=True)
-    record = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "argv": [a if not a.startswith("/") else "DIR" for a in (argv if argv is not None else sys.argv[1:])],
-        "commit": commit(),
-        "machine": machine(),
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
-        "rounds": args.rounds,
-        "runs": results,
-    }
+            print(f"round {round_index} {label:40s} {library:10s} {shown(result)}", flush=True)
+    record = run_record(argv, args.rounds, results, load_before)
     table = ratio_rows(results)
     record["table"] = table
     write_json(args.out.with_suffix(".json"), record)

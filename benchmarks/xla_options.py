@@ -14,15 +14,14 @@ Output: a table, and `benchmarks/results/xla_options.{json,md}`.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import sys
 from pathlib import Path
 
-from benchmarks.common import machine, write_json
+from benchmarks.common import write_json
 from benchmarks.peers import ROOT, run_worker
-from benchmarks.purejaxrl import commit
+from benchmarks.purejaxrl import run_record, shown
 
 RESULTS = ROOT / "benchmarks" / "results"
 CASES = ("ppo", "ppo_8_seeds", "dqn")  # of benchmarks/peer_workers/purejaxrl_cases.py
@@ -114,20 +113,8 @@ def main(argv=None) -> None:
                 result = run_worker(sys.executable, "jaxrl_at_purejaxrl", spec, args.timeout, flags)
                 result.update(case=case, options=name, round=round_index)
                 results.append(result)
-                shown = result.get("error", "")[-300:]
-                if result["ok"]:
-                    shown = f"{result['steps_per_s'] / 1e3:.0f}k steps/s, compile {result['compile_s']:.2f} s"
-                print(f"round {round_index} {case:12s} {name:32s} {shown}", flush=True)
-    record = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "argv": list(argv if argv is not None else sys.argv[1:]),
-        "commit": commit(),
-        "machine": machine(),
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
-        "rounds": args.rounds,
-        "runs": results,
-    }
+                print(f"round {round_index} {case:12s} {name:32s} {shown(result, 2)}", flush=True)
+    record = run_record(argv, args.rounds, results, load_before)
     record["table"] = ratio_rows(results)
     write_json(args.out.with_suffix(".json"), record)
     text = markdown(record["table"], record)
