@@ -291,6 +291,7 @@ def test_bad_prioritized_config_raises_naming_the_field(overrides, field):
         dqn.make_train(dataclasses.replace(dqn.Config(prioritized=True), **overrides))
 
 
+@pytest.mark.slow  # prioritised replay trains its own programs (prioritized_traces): the default suite checks it
 def test_prioritized_metrics_and_beta_annealing(prioritized_traces):
     _, state, _, _, metrics = prioritized_traces["prioritized"]
     for name in ("episode_return", "loss", "q_mean", "epsilon", "priority_beta"):
@@ -315,6 +316,7 @@ def test_prioritized_vmap_over_seeds_and_hyperparameters_equals_separate_runs(pr
         assert_trees_close(index(batched, i), (final, metrics), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_prioritized_gradient_step_weights_the_loss_and_sets_priorities(prioritized_traces):
     """One step on the trained buffer: the loss is mean(w * huber(td)) with w = (N P)^-beta / max, and the drawn
     windows' stored priorities become (|td| + eps)^alpha."""
