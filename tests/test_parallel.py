@@ -545,9 +545,10 @@ def test_two_devices_equal_the_emulated_global_computation():
 
 @pytest.mark.extended
 def test_every_data_parallel_algorithm_on_two_devices():
-    """As above for PPO at 1 epoch x 1 minibatch, TRPO and V-MPO (equal to the emulated program); every other data-parallel algorithm (one per
-    shared code path, SAME_PATH_AS) on a small run keeps finite parameters identical on both devices (every
-    gradient averaged, every replicated statistic global), with metrics per iteration as on one device. Then the
+    """As above for PPO at 1 epoch x 1 minibatch, TRPO and V-MPO (equal to the emulated program); every other
+    data-parallel algorithm (one per shared code path, SAME_PATH_AS) on a small run keeps finite parameters
+    identical on both devices (every gradient averaged, every replicated statistic global), with metrics per
+    iteration as on one device. Then the
     device-independent sweep (PPO 16 envs x 64 steps, 2 learning rates x 2 seeds, seed 7) over a full 30-iteration
     run: compiled with `device_independent=True` (no XLA algebraic simplifier) the rows on 1 and on 2 devices are
     bit-identical, metrics and final parameters (by default they drift apart, returns by up to 264 here)."""

@@ -38,9 +38,21 @@ import optax
 from flax import struct
 
 from jaxrl import estimators, losses, optim, replay
-from jaxrl.algos.base import check, check_core, check_int, check_range, check_replay, hyper, recurrent, static
-from jaxrl.algos.base import core_field, shared
-from jaxrl.algos.base import make_train, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import (  # noqa: F401 (re-exports make_train, train)
+    check,
+    check_core,
+    check_int,
+    check_range,
+    check_replay,
+    core_field,
+    hyper,
+    make_train,
+    recurrent,
+    shared,
+    static,
+    takes_setup,
+    train,
+)
 from jaxrl.algos.families import q_learning, q_learning_recurrent, recurrent_replay, replay_loop
 from jaxrl.algos.families.q_learning import Setup, behaviour, epsilon_at  # noqa: F401 (the module's surface)
 from jaxrl.networks import QNetwork
