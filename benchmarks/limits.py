@@ -15,6 +15,10 @@
     times: the epsilon-greedy env step, the replay add, the replay sample, the gradient step, the target copy.
 (d) Compile seconds split into tracing + lowering (`jax.jit(f).lower`) and XLA (`.compile()`) for PPO's and
     DQN's whole train and a 12-point learning-rate sweep of PPO (`jax.vmap` over Configs).
+(e) Two cuts, each against what it replaces, alternating A, B, B, A: the minibatch shuffle
+    (`minibatch.permutation` against `jax.random.permutation`, the same order), and the optimiser over one flat
+    vector (`optax.flatten` of the clipping and Adam) against one per parameter leaf, in PPO's minibatch steps and
+    DQN's gradient step (other last bits).
 Every program's size is its HLO instruction count outside fusions (`ops`): the operations the CPU runtime
 dispatches one by one. Results: `benchmarks/results/limits.{json,md}`.
 """
@@ -37,7 +41,7 @@ import optax
 
 from benchmarks.common import machine, write_json
 from benchmarks.throughput import PUREJAXRL, env_loop, random_act
-from jaxrl import replay
+from jaxrl import minibatch, optim, replay
 from jaxrl import rollout as rollout_lib
 from jaxrl.algos import dqn, ppo
 from jaxrl.algos.base import train as base_train
@@ -179,14 +183,12 @@ def plain_updates(config, batch_size: int, obs_dim: int, action_dim: int):
     return network, optimizer, updates
 
 
-def ppo_update_section(iterations: int, repeats: int, key) -> list[dict]:
-    config = ppo.Config(**{**PUREJAXRL, "anneal_lr": False})
-    setup = ppo.setup(config)
-    state = ppo.init(setup, config, key)
-    n = config.num_envs * config.num_steps
+def ppo_batch(config, setup, key) -> dict:
+    """A rollout's worth of PPO's learner inputs [T, N, ...] at `config`'s sizes: random observations, actions,
+    advantages and targets, uniform behaviour log-probabilities."""
     spec = setup.env.spec
     k = jax.random.split(key, 4)
-    batch = {
+    return {
         "obs": jax.random.normal(k[0], (config.num_steps, config.num_envs, *spec.observation_shape)),
         "actions": jax.random.randint(k[1], (config.num_steps, config.num_envs), 0, spec.action_dim),
         "log_probs": jnp.full((config.num_steps, config.num_envs), -np.log(spec.action_dim), jnp.float32),
@@ -194,6 +196,15 @@ def ppo_update_section(iterations: int, repeats: int, key) -> list[dict]:
         "advantages": jax.random.normal(k[2], (config.num_steps, config.num_envs)),
         "targets": jax.random.normal(k[3], (config.num_steps, config.num_envs)),
     }
+
+
+def ppo_update_section(iterations: int, repeats: int, key) -> list[dict]:
+    config = ppo.Config(**{**PUREJAXRL, "anneal_lr": False})
+    setup = ppo.setup(config)
+    state = ppo.init(setup, config, key)
+    n = config.num_envs * config.num_steps
+    spec = setup.env.spec
+    batch = ppo_batch(config, setup, key)
 
     def jaxrl_updates(params, opt_state, batch, key):
         def loss(p, mb):
@@ -382,59 +393,172 @@ def compile_section(key) -> list[dict]:
     return rows
 
 
+# ---------------------------------------------------------------------------------------------- (e) two cuts
+
+
+def alternating(name: str, a, b, args_a, args_b, repeats: int, per: int) -> list[dict]:
+    """`a` and `b` (A, B, B, A), each the best of its two compiled runs: microseconds per `per` and the ratio b/a."""
+    results = {"a": [], "b": []}
+    for which in "abba":
+        fn, args = (a, args_a) if which == "a" else (b, args_b)
+        results[which].append(timed(fn, *args, repeats=repeats))
+    best = {w: min(rs, key=lambda r: r["run_s"]) for w, rs in results.items()}
+    return [
+        {
+            "section": "e",
+            "case": name,
+            "us_a": 1e6 * best["a"]["run_s"] / per,
+            "us_b": 1e6 * best["b"]["run_s"] / per,
+            "ratio": best["b"]["run_s"] / best["a"]["run_s"],
+            "xla_s_a": min(r["xla_s"] for r in results["a"]),
+            "xla_s_b": min(r["xla_s"] for r in results["b"]),
+        }
+    ]
+
+
+def cuts_section(iterations: int, repeats: int, key) -> list[dict]:
+    rows = []
+    for n in (128, 512):
+
+        def shuffles(key, shuffle, n=n):
+            return jax.lax.scan(lambda c, k: (c + shuffle(k, n)[0], None), 0, jax.random.split(key, iterations))[0]
+
+        rows += alternating(
+            f"shuffle of {n}: jax.random.permutation (A) against minibatch.permutation (B)",
+            functools.partial(shuffles, shuffle=jax.random.permutation),
+            functools.partial(shuffles, shuffle=minibatch.permutation),
+            (key,),
+            (key,),
+            repeats,
+            iterations,
+        )
+
+    def flat(tx):
+        return optax.flatten(tx)
+
+    config = ppo.Config(**{**PUREJAXRL, "anneal_lr": False})
+    setup = ppo.setup(config)
+    state = ppo.init(setup, config, key)
+    batch = ppo_batch(config, setup, key)
+    per_leaf = optim.clipped_optimizer("adam", config.learning_rate, config.max_grad_norm)
+
+    def ppo_steps(params, opt_state, key, tx):
+        def grads(p, mb):
+            return jax.grad(lambda p: ppo.loss_fn(p, setup, config, mb)[0])(p), None
+
+        def one(train, k):
+            p, s, _ = minibatch.minibatch_epochs(
+                grads, tx, *train, batch, k, config.update_epochs, config.num_minibatches
+            )
+            return (p, s), None
+
+        return jax.lax.scan(one, (params, opt_state), jax.random.split(key, iterations // 10))[0]
+
+    rows += alternating(
+        "PPO minibatch step: optimiser per leaf (A) against one flat vector (B)",
+        functools.partial(ppo_steps, tx=per_leaf),
+        functools.partial(ppo_steps, tx=flat(per_leaf)),
+        (state.params, per_leaf.init(state.params), key),
+        (state.params, flat(per_leaf).init(state.params), key),
+        repeats,
+        iterations // 10 * config.updates_per_iteration,
+    )
+    dqn_config = dqn.Config(**DQN_CONFIG)
+    dqn_setup = dqn.setup(dqn_config)
+    warm = jax.jit(lambda s: jax.lax.fori_loop(0, 200, lambda i, s: dqn.update(dqn_setup, dqn_config, s)[0], s))(
+        dqn.init(dqn_setup, dqn_config, key)
+    )
+    dqn_tx = dqn.make_optimizer(dqn_config)
+
+    def dqn_steps(params, opt_state, key, tx):
+        def one(learner, k):
+            step = dqn.gradient_step(
+                dqn_config, dqn_setup.network, tx, warm.target_params, warm.buffer, 0.0, learner, k
+            )
+            return step[0], None
+
+        return jax.lax.scan(one, (params, opt_state, None), jax.random.split(key, iterations))[0]
+
+    rows += alternating(
+        "DQN gradient step: optimiser per leaf (A) against one flat vector (B)",
+        functools.partial(dqn_steps, tx=dqn_tx),
+        functools.partial(dqn_steps, tx=flat(dqn_tx)),
+        (warm.params, dqn_tx.init(warm.params), key),
+        (warm.params, flat(dqn_tx).init(warm.params), key),
+        repeats,
+        iterations,
+    )
+    return rows
+
+
 def markdown(rows: list[dict], record: dict) -> str:
+    def of(section):
+        return [r for r in rows if r["section"] == section]
+
     out = [
         "# Where one device's time goes (`python -m benchmarks.limits`)",
         "",
         f"jaxrl at {record['commit']}, {record['machine']['processor']}, {record['machine']['cpu_count']} CPUs, "
         f"XLA_FLAGS={record['xla_flags']!r}, load before {record['load_before']}, after {record['load_after']}.",
-        "",
-        "## (a) Rollout against the env-only, env + policy-forward and env + policy-and-critic-forward limits",
-        "| num_envs | case | env steps/s | of the env + policy limit | of the env + policy and critic limit | ops |",
-        "|---|---|---|---|---|---|",
     ]
-    out += [
-        f"| {r['num_envs']} | {r['case']} | {r['steps_per_s']:,.0f} | {r['of_policy_forward_limit']:.2f} | "
-        f"{r['of_actor_critic_limit']:.2f} | {r['ops']} |"
-        for r in rows
-        if r["section"] == "a"
-    ]
-    out += [
-        "",
-        "## (b) PPO minibatch steps against the plain step",
-        "| case | us per minibatch step | ratio to plain | ops |",
-        "|---|---|---|---|",
-    ]
-    out += [
-        f"| {r['case']} | {r['us_per_step']:.0f} | {r.get('of_plain', 1.0):.2f} | {r['ops']} |"
-        for r in rows
-        if r["section"] == "b"
-    ]
-    cost = [r for r in rows if r["section"] == "b2"]
-    out += [
-        "",
-        "Cost of the plain step against its batch size (one epoch, one minibatch):",
-        "| batch | us per step | ops |",
-        "|---|---|---|",
-    ]
-    out += [f"| {r['batch']} | {r['us_per_step']:.0f} | {r['ops']} |" for r in cost]
-    at_128 = [r for r in cost if r["batch"] == 128]
-    if at_128:
-        share = at_128[0]["floor_share"]
-        out += ["", f"The step at batch 8 (almost no arithmetic) takes {share:.0%} of the step at batch 128."]
-    out += ["", "## (c) One DQN iteration against its parts", "| case | us per iteration | ops |", "|---|---|---|"]
-    out += [f"| {r['case']} | {r['us_per_iteration']:.1f} | {r['ops']} |" for r in rows if r["section"] == "c"]
-    whole = next(r for r in rows if r["section"] == "c")
-    out += [f"| sum of the parts | {whole['sum_of_parts_us']:.1f} | |"]
-    out += [
-        "",
-        "## (d) Compile seconds: tracing + lowering and XLA",
-        "| program | trace s | XLA s | ops |",
-        "|---|---|---|---|",
-    ]
-    out += [
-        f"| {r['case']} | {r['trace_s']:.1f} | {r['xla_s']:.1f} | {r['ops']} |" for r in rows if r["section"] == "d"
-    ]
+    if of("a"):
+        out += [
+            "",
+            "## (a) Rollout against the env-only, env + policy-forward and env + policy-and-critic-forward limits",
+            "| num_envs | case | env steps/s | of the env + policy limit | of the env + policy and critic limit "
+            "| ops |",
+            "|---|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {r['num_envs']} | {r['case']} | {r['steps_per_s']:,.0f} | {r['of_policy_forward_limit']:.2f} | "
+            f"{r['of_actor_critic_limit']:.2f} | {r['ops']} |"
+            for r in of("a")
+        ]
+    if of("b"):
+        out += [
+            "",
+            "## (b) PPO minibatch steps against the plain step",
+            "| case | us per minibatch step | ratio to plain | ops |",
+            "|---|---|---|---|",
+        ]
+        out += [
+            f"| {r['case']} | {r['us_per_step']:.0f} | {r.get('of_plain', 1.0):.2f} | {r['ops']} |" for r in of("b")
+        ]
+        out += [
+            "",
+            "Cost of the plain step against its batch size (one epoch, one minibatch):",
+            "| batch | us per step | ops |",
+            "|---|---|---|",
+        ]
+        out += [f"| {r['batch']} | {r['us_per_step']:.0f} | {r['ops']} |" for r in of("b2")]
+        at_128 = [r for r in of("b2") if r["batch"] == 128]
+        if at_128:
+            share = at_128[0]["floor_share"]
+            out += ["", f"The step at batch 8 (almost no arithmetic) takes {share:.0%} of the step at batch 128."]
+    if of("c"):
+        out += ["", "## (c) One DQN iteration against its parts", "| case | us per iteration | ops |", "|---|---|---|"]
+        out += [f"| {r['case']} | {r['us_per_iteration']:.1f} | {r['ops']} |" for r in of("c")]
+        out += [f"| sum of the parts | {of('c')[0]['sum_of_parts_us']:.1f} | |"]
+    if of("d"):
+        out += [
+            "",
+            "## (d) Compile seconds: tracing + lowering and XLA",
+            "| program | trace s | XLA s | ops |",
+            "|---|---|---|---|",
+        ]
+        out += [f"| {r['case']} | {r['trace_s']:.1f} | {r['xla_s']:.1f} | {r['ops']} |" for r in of("d")]
+    if of("e"):
+        out += [
+            "",
+            "## (e) Two cuts against what they replace (A, B, B, A; each the best of its runs)",
+            "| case | us A | us B | B / A | XLA s A | XLA s B |",
+            "|---|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {r['case']} | {r['us_a']:.1f} | {r['us_b']:.1f} | {r['ratio']:.2f} | {r['xla_s_a']:.1f} | "
+            f"{r['xla_s_b']:.1f} |"
+            for r in of("e")
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -443,17 +567,25 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=RESULTS)
+    parser.add_argument("--sections", default="abcde", help="which of the sections a-e to run (default: all)")
     args = parser.parse_args(argv)
     scale = 0.2 if args.quick else 1.0
     key = jax.random.key(0)
     load_before = os.getloadavg()
-    rows = []
-    rows += rollout_section(4, int(200 * scale), args.repeats, key)
-    rows += rollout_section(2048, max(1, int(10 * scale)), args.repeats, key)
-    rows += ppo_update_section(int(200 * scale), args.repeats, key)
-    rows += step_cost_section(int(1000 * scale), args.repeats, key)
-    rows += dqn_section(int(5000 * scale), args.repeats, key)
-    rows += compile_section(key)
+    sections = {
+        "a": lambda: (
+            rollout_section(4, int(200 * scale), args.repeats, key)
+            + rollout_section(2048, max(1, int(10 * scale)), args.repeats, key)
+        ),
+        "b": lambda: (
+            ppo_update_section(int(200 * scale), args.repeats, key)
+            + step_cost_section(int(1000 * scale), args.repeats, key)
+        ),
+        "c": lambda: dqn_section(int(5000 * scale), args.repeats, key),
+        "d": lambda: compile_section(key),
+        "e": lambda: cuts_section(int(2000 * scale), args.repeats, key),
+    }
+    rows = [row for name in args.sections for row in sections[name]()]
     import subprocess
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()

@@ -195,6 +195,32 @@ def test_program_memory_and_op_count_of_a_compiled_program():
     assert 1 <= ops(small) < ops(large)
 
 
+def test_limits_cuts_alternate_a_b_b_a_and_compare_the_best_runs(monkeypatch):
+    from benchmarks import limits
+
+    calls, times = [], iter([4.0, 1.0, 3.0, 2.0])  # A, B, B, A
+
+    def fake_timed(fn, *args, repeats):
+        calls.append(fn)
+        return {"run_s": next(times), "xla_s": 0.5, "trace_s": 0.1, "ops": 1}
+
+    monkeypatch.setattr(limits, "timed", fake_timed)
+    row = limits.alternating("case", "A", "B", (), (), repeats=1, per=2)[0]
+    assert calls == ["A", "B", "B", "A"]
+    assert row["us_a"] == 1e6 * 2.0 / 2 and row["us_b"] == 1e6 * 1.0 / 2 and row["ratio"] == 0.5
+    text = limits.markdown(
+        [row],
+        {
+            "commit": "x",
+            "machine": {"processor": "p", "cpu_count": 2},
+            "xla_flags": "",
+            "load_before": [0],
+            "load_after": [0],
+        },
+    )
+    assert "## (e)" in text and "## (a)" not in text and "| case | 1000000.0 | 500000.0 | 0.50 |" in text
+
+
 def test_purejaxrl_side_by_side_pairs_each_jaxrl_run_with_that_rounds_peer_run():
     from benchmarks import purejaxrl
 
