@@ -417,6 +417,20 @@ def alternating(name: str, a, b, args_a, args_b, repeats: int, per: int) -> list
     ]
 
 
+def per_leaf_against_flat(name: str, loop, params, tx, key, repeats: int, per: int) -> list[dict]:
+    """`loop(params, opt_state, key, tx)` with `tx` (A) against `optax.flatten(tx)` (B), one vector for all leaves."""
+    flat = optax.flatten(tx)
+    return alternating(
+        f"{name}: optimiser per leaf (A) against one flat vector (B)",
+        functools.partial(loop, tx=tx),
+        functools.partial(loop, tx=flat),
+        (params, tx.init(params), key),
+        (params, flat.init(params), key),
+        repeats,
+        per,
+    )
+
+
 def cuts_section(iterations: int, repeats: int, key) -> list[dict]:
     rows = []
     for n in (128, 512):
@@ -433,9 +447,6 @@ def cuts_section(iterations: int, repeats: int, key) -> list[dict]:
             repeats,
             iterations,
         )
-
-    def flat(tx):
-        return optax.flatten(tx)
 
     config = ppo.Config(**{**PUREJAXRL, "anneal_lr": False})
     setup = ppo.setup(config)
@@ -455,12 +466,12 @@ def cuts_section(iterations: int, repeats: int, key) -> list[dict]:
 
         return jax.lax.scan(one, (params, opt_state), jax.random.split(key, iterations // 10))[0]
 
-    rows += alternating(
-        "PPO minibatch step: optimiser per leaf (A) against one flat vector (B)",
-        functools.partial(ppo_steps, tx=per_leaf),
-        functools.partial(ppo_steps, tx=flat(per_leaf)),
-        (state.params, per_leaf.init(state.params), key),
-        (state.params, flat(per_leaf).init(state.params), key),
+    rows += per_leaf_against_flat(
+        "PPO minibatch step",
+        ppo_steps,
+        state.params,
+        per_leaf,
+        key,
         repeats,
         iterations // 10 * config.updates_per_iteration,
     )
@@ -480,15 +491,7 @@ def cuts_section(iterations: int, repeats: int, key) -> list[dict]:
 
         return jax.lax.scan(one, (params, opt_state, None), jax.random.split(key, iterations))[0]
 
-    rows += alternating(
-        "DQN gradient step: optimiser per leaf (A) against one flat vector (B)",
-        functools.partial(dqn_steps, tx=dqn_tx),
-        functools.partial(dqn_steps, tx=flat(dqn_tx)),
-        (warm.params, dqn_tx.init(warm.params), key),
-        (warm.params, flat(dqn_tx).init(warm.params), key),
-        repeats,
-        iterations,
-    )
+    rows += per_leaf_against_flat("DQN gradient step", dqn_steps, warm.params, dqn_tx, key, repeats, iterations)
     return rows
 
 
