@@ -495,6 +495,12 @@ def cuts_section(iterations: int, repeats: int, key) -> list[dict]:
     return rows
 
 
+def table(title: str | None, header: str, lines: list[str]) -> list[str]:
+    """A markdown table under an optional `## title`, after a blank line."""
+    heading = [f"## {title}"] if title else []
+    return ["", *heading, header, "|" + "---|" * (header.count("|") - 1), *lines]
+
+
 def markdown(rows: list[dict], record: dict) -> str:
     def of(section):
         return [r for r in rows if r["section"] == section]
@@ -506,63 +512,52 @@ def markdown(rows: list[dict], record: dict) -> str:
         f"XLA_FLAGS={record['xla_flags']!r}, load before {record['load_before']}, after {record['load_after']}.",
     ]
     if of("a"):
-        out += [
-            "",
-            "## (a) Rollout against the env-only, env + policy-forward and env + policy-and-critic-forward limits",
+        out += table(
+            "(a) Rollout against the env-only, env + policy-forward and env + policy-and-critic-forward limits",
             "| num_envs | case | env steps/s | of the env + policy limit | of the env + policy and critic limit "
             "| ops |",
-            "|---|---|---|---|---|---|",
-        ]
-        out += [
-            f"| {r['num_envs']} | {r['case']} | {r['steps_per_s']:,.0f} | {r['of_policy_forward_limit']:.2f} | "
-            f"{r['of_actor_critic_limit']:.2f} | {r['ops']} |"
-            for r in of("a")
-        ]
+            [
+                f"| {r['num_envs']} | {r['case']} | {r['steps_per_s']:,.0f} | {r['of_policy_forward_limit']:.2f} | "
+                f"{r['of_actor_critic_limit']:.2f} | {r['ops']} |"
+                for r in of("a")
+            ],
+        )
     if of("b"):
-        out += [
-            "",
-            "## (b) PPO minibatch steps against the plain step",
+        out += table(
+            "(b) PPO minibatch steps against the plain step",
             "| case | us per minibatch step | ratio to plain | ops |",
-            "|---|---|---|---|",
-        ]
-        out += [
-            f"| {r['case']} | {r['us_per_step']:.0f} | {r.get('of_plain', 1.0):.2f} | {r['ops']} |" for r in of("b")
-        ]
-        out += [
-            "",
-            "Cost of the plain step against its batch size (one epoch, one minibatch):",
+            [f"| {r['case']} | {r['us_per_step']:.0f} | {r.get('of_plain', 1.0):.2f} | {r['ops']} |" for r in of("b")],
+        )
+        out += ["", "Cost of the plain step against its batch size (one epoch, one minibatch):"]
+        out += table(
+            None,
             "| batch | us per step | ops |",
-            "|---|---|---|",
-        ]
-        out += [f"| {r['batch']} | {r['us_per_step']:.0f} | {r['ops']} |" for r in of("b2")]
+            [f"| {r['batch']} | {r['us_per_step']:.0f} | {r['ops']} |" for r in of("b2")],
+        )[1:]
         at_128 = [r for r in of("b2") if r["batch"] == 128]
         if at_128:
             share = at_128[0]["floor_share"]
             out += ["", f"The step at batch 8 (almost no arithmetic) takes {share:.0%} of the step at batch 128."]
     if of("c"):
-        out += ["", "## (c) One DQN iteration against its parts", "| case | us per iteration | ops |", "|---|---|---|"]
-        out += [f"| {r['case']} | {r['us_per_iteration']:.1f} | {r['ops']} |" for r in of("c")]
-        out += [f"| sum of the parts | {of('c')[0]['sum_of_parts_us']:.1f} | |"]
+        lines = [f"| {r['case']} | {r['us_per_iteration']:.1f} | {r['ops']} |" for r in of("c")]
+        lines += [f"| sum of the parts | {of('c')[0]['sum_of_parts_us']:.1f} | |"]
+        out += table("(c) One DQN iteration against its parts", "| case | us per iteration | ops |", lines)
     if of("d"):
-        out += [
-            "",
-            "## (d) Compile seconds: tracing + lowering and XLA",
+        out += table(
+            "(d) Compile seconds: tracing + lowering and XLA",
             "| program | trace s | XLA s | ops |",
-            "|---|---|---|---|",
-        ]
-        out += [f"| {r['case']} | {r['trace_s']:.1f} | {r['xla_s']:.1f} | {r['ops']} |" for r in of("d")]
+            [f"| {r['case']} | {r['trace_s']:.1f} | {r['xla_s']:.1f} | {r['ops']} |" for r in of("d")],
+        )
     if of("e"):
-        out += [
-            "",
-            "## (e) Two cuts against what they replace (A, B, B, A; each the best of its runs)",
+        out += table(
+            "(e) Two cuts against what they replace (A, B, B, A; each the best of its runs)",
             "| case | us A | us B | B / A | XLA s A | XLA s B |",
-            "|---|---|---|---|---|---|",
-        ]
-        out += [
-            f"| {r['case']} | {r['us_a']:.1f} | {r['us_b']:.1f} | {r['ratio']:.2f} | {r['xla_s_a']:.1f} | "
-            f"{r['xla_s_b']:.1f} |"
-            for r in of("e")
-        ]
+            [
+                f"| {r['case']} | {r['us_a']:.1f} | {r['us_b']:.1f} | {r['ratio']:.2f} | {r['xla_s_a']:.1f} | "
+                f"{r['xla_s_b']:.1f} |"
+                for r in of("e")
+            ],
+        )
     return "\n".join(out) + "\n"
 
 
