@@ -16,7 +16,7 @@
 (d) Compile seconds split into tracing + lowering (`jax.jit(f).lower`) and XLA (`.compile()`) for PPO's and
     DQN's whole train and a 12-point learning-rate sweep of PPO (`jax.vmap` over Configs).
 (e) Two cuts, each against what it replaces, alternating A, B, B, A: the minibatch shuffle
-    (`minibatch.permutation` against `jax.random.permutation`, the same order), and the optimiser over one flat
+    (`shuffle.permutation` against `jax.random.permutation`, the same order), and the optimiser over one flat
     vector (`optax.flatten` of the clipping and Adam) against one per parameter leaf, in PPO's minibatch steps and
     DQN's gradient step (other last bits).
 Every program's size is its HLO instruction count outside fusions (`ops`): the operations the CPU runtime
@@ -41,7 +41,7 @@ import optax
 
 from benchmarks.common import machine, write_json
 from benchmarks.throughput import PUREJAXRL, env_loop, random_act
-from jaxrl import minibatch, optim, replay
+from jaxrl import minibatch, optim, replay, shuffle
 from jaxrl import rollout as rollout_lib
 from jaxrl.algos import dqn, ppo
 from jaxrl.algos.base import train as base_train
@@ -435,13 +435,13 @@ def cuts_section(iterations: int, repeats: int, key) -> list[dict]:
     rows = []
     for n in (128, 512):
 
-        def shuffles(key, shuffle, n=n):
-            return jax.lax.scan(lambda c, k: (c + shuffle(k, n)[0], None), 0, jax.random.split(key, iterations))[0]
+        def shuffles(key, permute, n=n):
+            return jax.lax.scan(lambda c, k: (c + permute(k, n)[0], None), 0, jax.random.split(key, iterations))[0]
 
         rows += alternating(
-            f"shuffle of {n}: jax.random.permutation (A) against minibatch.permutation (B)",
-            functools.partial(shuffles, shuffle=jax.random.permutation),
-            functools.partial(shuffles, shuffle=minibatch.permutation),
+            f"shuffle of {n}: jax.random.permutation (A) against shuffle.permutation (B)",
+            functools.partial(shuffles, permute=jax.random.permutation),
+            functools.partial(shuffles, permute=shuffle.permutation),
             (key,),
             (key,),
             repeats,
