@@ -433,13 +433,19 @@ def per_leaf_against_flat(name: str, loop, params, tx, key, repeats: int, per: i
 
 def cuts_section(iterations: int, repeats: int, key) -> list[dict]:
     rows = []
-    for n in (128, 512):
+    # one shuffle of PPO's minibatch sizes; 32 at once of 52 cards, POPGym's RepeatPrevious reset at 32 envs
+    for label, n, copies in (("shuffle of 128", 128, 0), ("shuffle of 512", 512, 0), ("32 shuffles of 52", 52, 32)):
 
-        def shuffles(key, permute, n=n):
-            return jax.lax.scan(lambda c, k: (c + permute(k, n)[0], None), 0, jax.random.split(key, iterations))[0]
+        def shuffles(key, permute, n=n, copies=copies):
+            one = (
+                (lambda k: jax.vmap(permute, in_axes=(0, None))(jax.random.split(k, copies), n))
+                if copies
+                else (lambda k: permute(k, n))
+            )
+            return jax.lax.scan(lambda c, k: (c + one(k).sum(), None), 0, jax.random.split(key, iterations))[0]
 
         rows += alternating(
-            f"shuffle of {n}: jax.random.permutation (A) against shuffle.permutation (B)",
+            f"{label}: jax.random.permutation (A) against shuffle.permutation (B)",
             functools.partial(shuffles, permute=jax.random.permutation),
             functools.partial(shuffles, permute=shuffle.permutation),
             (key,),
