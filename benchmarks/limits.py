@@ -433,7 +433,7 @@ def per_leaf_against_flat(name: str, loop, params, tx, key, repeats: int, per: i
 
 def cuts_section(iterations: int, repeats: int, key) -> list[dict]:
     rows = []
-    # one shuffle of PPO's minibatch sizes; 32 at once of 52 cards, POPGym's RepeatPrevious reset at 32 envs
+    # one shuffle of PPO's minibatch sizes; 32 vmapped shuffles of 52, the shape of a 32-env POPGym deck reset
     for label, n, copies in (("shuffle of 128", 128, 0), ("shuffle of 512", 512, 0), ("32 shuffles of 52", 52, 32)):
 
         def shuffles(key, permute, n=n, copies=copies):

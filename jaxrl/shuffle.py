@@ -3,7 +3,7 @@
 JAX shuffles `arange(n)` in ceil(3 ln n / ln(2^32 - 1)) rounds, each a stable sort of the current order on fresh
 random 32-bit keys k. A stable sort on k orders (k_i, i) pairs; so does an unstable sort of the single 64-bit
 numbers k_i * 2^32 + i, which XLA's CPU sort runs with its built-in comparison instead of calling a compiled
-comparator per pair. Minibatch shuffles and the POPGym card decks use it.
+comparator per pair. The minibatch shuffles use it.
 """
 
 import jax

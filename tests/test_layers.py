@@ -2,7 +2,8 @@
 functions included), and no algorithm imports another.
 
 Layers, top to bottom: cli -> (run, sweep, presets, plot) -> algos -> the library (networks, rollout, estimators,
-losses, minibatch, replay, lag, optim, parallel, types) -> envs. `jaxrl.envs` imports nothing of jaxrl outside itself.
+losses, minibatch, shuffle, replay, lag, optim, parallel, types) -> envs. `jaxrl.envs` imports nothing of jaxrl
+outside itself.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ LAYERS = {
     "estimators": 1,
     "losses": 1,
     "minibatch": 1,
+    "shuffle": 1,
     "replay": 1,
     "lag": 1,
     "optim": 1,

@@ -29,7 +29,7 @@ def test_stable_argsort_keeps_tied_keys_in_place_order():
 
 
 def test_indexing_a_vector_by_the_permutation_shuffles_it_as_jax_does():
-    """POPGym's decks: `x[permutation(key, len(x))]` is `jax.random.permutation(key, x)`, repeated values and all."""
+    """`x[permutation(key, len(x))]` is `jax.random.permutation(key, x)`, repeated values and all."""
     deck = np.arange(156) % 4
     for seed in range(5):
         key = jax.random.key(seed)

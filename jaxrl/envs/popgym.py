@@ -40,8 +40,6 @@ from gymnax.environments import environment, spaces
 from gymnax.environments.classic_control.cartpole import CartPole
 from gymnax.environments.classic_control.pendulum import Pendulum
 
-from jaxrl import shuffle
-
 DECK_SIZE = 52
 NUM_SUITS = 4
 PENDULUM_HALF_RANGE = 8.1368022  # half of Pendulum's reward range [-16.2736044, 0]
@@ -83,7 +81,7 @@ class RepeatPrevious(environment.Environment):
         return self.get_obs(state), state, reward, terminated, {}
 
     def reset_env(self, key, params):
-        cards = (jnp.arange(self.num_cards) % NUM_SUITS)[shuffle.permutation(key, self.num_cards)]
+        cards = jax.random.permutation(key, jnp.arange(self.num_cards) % NUM_SUITS)
         state = RepeatPreviousState(time=0, cards=cards)
         return self.get_obs(state), state
 
@@ -123,8 +121,8 @@ class CountRecall(environment.Environment):
     def reset_env(self, key, params):
         k_values, k_queries = jax.random.split(key)
         types = jnp.arange(self.num_cards) % self.num_types
-        values = types[shuffle.permutation(k_values, self.num_cards)]
-        queries = types[shuffle.permutation(k_queries, self.num_cards)]
+        values = jax.random.permutation(k_values, types)
+        queries = jax.random.permutation(k_queries, types)
         counts = jnp.zeros(self.num_types, jnp.int32).at[values[0]].add(1)
         state = CountRecallState(time=0, values=values, queries=queries, counts=counts)
         return self.get_obs(state), state
