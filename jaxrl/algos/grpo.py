@@ -40,18 +40,7 @@ import optax
 from flax import struct
 
 from jaxrl import estimators, lag, losses, replay
-from jaxrl.algos.base import (  # noqa: F401
-    check,
-    check_choice,
-    check_int,
-    check_range,
-    hyper,
-    make_train,
-    shared,
-    static,
-    takes_setup,
-    train,
-)
+from jaxrl.algos.base import check, check_choice, check_int, check_range, hyper, make_train, shared, static, takes_setup, train  # noqa: F401
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families import grouped
 from jaxrl.algos.families.actor_critic import behaviour, policy_of
