@@ -299,11 +299,21 @@ def step_cost_section(iterations: int, repeats: int, key) -> list[dict]:
 # -------------------------------------------------------------------------------------------------- (c) DQN parts
 
 
-def dqn_section(iterations: int, repeats: int, key) -> list[dict]:
+def warm_dqn(key):
+    """(config, setup, state) of DQN at PureJaxRL's config after 200 iterations: transitions in the replay,
+    learning on."""
     config = dqn.Config(**DQN_CONFIG)
     setup = dqn.setup(config)
     state = dqn.init(setup, config, key)
-    warm = jax.jit(lambda s: jax.lax.fori_loop(0, 200, lambda i, s: dqn.update(setup, config, s)[0], s))(state)
+    return (
+        config,
+        setup,
+        jax.jit(lambda s: jax.lax.fori_loop(0, 200, lambda i, s: dqn.update(setup, config, s)[0], s))(state),
+    )
+
+
+def dqn_section(iterations: int, repeats: int, key) -> list[dict]:
+    config, setup, warm = warm_dqn(key)
     network, optimizer = setup.network, dqn.make_optimizer(config)
     act = q_learning.behaviour(network, warm.params, 0.1)
     batch_of = functools.partial(replay.sample, batch_size=config.replay_batch_size)
@@ -481,11 +491,7 @@ def cuts_section(iterations: int, repeats: int, key) -> list[dict]:
         repeats,
         iterations // 10 * config.updates_per_iteration,
     )
-    dqn_config = dqn.Config(**DQN_CONFIG)
-    dqn_setup = dqn.setup(dqn_config)
-    warm = jax.jit(lambda s: jax.lax.fori_loop(0, 200, lambda i, s: dqn.update(dqn_setup, dqn_config, s)[0], s))(
-        dqn.init(dqn_setup, dqn_config, key)
-    )
+    dqn_config, dqn_setup, warm = warm_dqn(key)
     dqn_tx = dqn.make_optimizer(dqn_config)
 
     def dqn_steps(params, opt_state, key, tx):
