@@ -64,6 +64,50 @@ def program_memory(compiled) -> dict | None:
     return {name.removesuffix("_size_in_bytes"): int(getattr(analysis, name, 0)) for name in names}
 
 
+# XLA's own compile timers on the CPU: a process started with these in its environment logs them to stderr
+XLA_TIMERS = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "cpu_compiler=2,hlo_pass_pipeline=1"}
+
+
+def _log_seconds(line: str) -> float:
+    """Seconds since midnight of an absl log line (`I1203 19:15:01.599084  3436 file.cc:12] ...`)."""
+    hours, minutes, seconds = line.split()[1].split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+def xla_phases(log: str) -> dict | None:
+    """XLA's CPU compile phases of the longest-compiling program in `log` (the stderr of a process run with
+    `XLA_TIMERS`), in seconds from its log lines' timestamps:
+      * hlo_passes_s: the HLO optimisation passes (its first "Running HLO pass pipeline" line to "Compiling:");
+      * ir_emission_s: scheduling, buffer assignment and emitting each kernel's LLVM IR (to "Compile LLVM module");
+      * llvm_s: LLVM optimising and generating machine code for the kernels (to "Compilation finished").
+    None where the log holds no complete compilation (timers off, or another backend)."""
+    lines = [line for line in log.splitlines() if line[:1] in "IWE" and "] " in line]
+    phases, previous_end = {}, 0
+    for index, line in enumerate(lines):
+        if "Compilation finished" in line:
+            previous_end = index
+        if "] Compiling: " not in line:
+            continue
+        module = line.split("] Compiling: ", 1)[1].strip()
+        since = lines[previous_end:index]
+        first = next((x for x in since if f"HLO pass pipeline on module {module}:" in x), line)
+        llvm = next((x for x in lines[index:] if "Compile LLVM module" in x), None)
+        done = next((x for x in lines[index:] if "Compilation finished" in x), None)
+        if llvm is None or done is None:
+            continue
+        start, emitted, end = (_log_seconds(x) for x in (line, llvm, done))
+        phase = {
+            "module": module,
+            "hlo_passes_s": start - _log_seconds(first),
+            "ir_emission_s": emitted - start,
+            "llvm_s": end - emitted,
+        }
+        phase["total_s"] = phase["hlo_passes_s"] + phase["ir_emission_s"] + phase["llvm_s"]
+        if phase["total_s"] > phases.get("total_s", -1.0):
+            phases = phase
+    return phases or None
+
+
 def env_steps(config, seeds: int = 1) -> int:
     """Env steps a whole training run of `config` executes: seeds x num_iterations x env_steps_per_iteration."""
     return seeds * config.num_iterations * config.env_steps_per_iteration

@@ -73,7 +73,7 @@ from pathlib import Path
 
 import jax
 
-from benchmarks.common import machine, write_json
+from benchmarks.common import XLA_TIMERS, machine, write_json, xla_phases
 from benchmarks.peer_workers.jaxrl_worker import jaxrl_config
 from benchmarks.peer_workers.rejax_worker import rejax_config
 
@@ -165,9 +165,14 @@ class Venv:
         return self.python, f"built {self.path} in {time.perf_counter() - start:.0f} s"
 
 
-def run_worker(python, name: str, spec: dict, timeout_s: float, extra_env: dict | None = None) -> dict:
-    """`python <name>_worker.py '<spec>'` in a fresh process (compilation cache off, `extra_env` added): its JSON."""
+def run_worker(
+    python, name: str, spec: dict, timeout_s: float, extra_env: dict | None = None, xla_timers: bool = False
+) -> dict:
+    """`python <name>_worker.py '<spec>'` in a fresh process (compilation cache off, `extra_env` added): its JSON.
+    With `xla_timers`, XLA logs its compile timers and the result gains `xla_phases` (`common.xla_phases`)."""
     env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false", "PYTHONPATH": str(ROOT), **(extra_env or {})}
+    if xla_timers:
+        env.update(XLA_TIMERS)
     start = time.perf_counter()
     try:
         done = subprocess.run(
@@ -186,6 +191,8 @@ def run_worker(python, name: str, spec: dict, timeout_s: float, extra_env: dict 
         result = {"ok": False, "error": f"exit {done.returncode}, no JSON; stderr:\n{done.stderr[-3000:]}"}
     result.setdefault("library", name)
     result["process_s"] = time.perf_counter() - start
+    if xla_timers:
+        result["xla_phases"] = xla_phases(done.stderr)
     return result
 
 

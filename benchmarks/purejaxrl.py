@@ -14,7 +14,9 @@ gets N host devices).
 Each library runs each case in a fresh subprocess (JAX's persistent compilation cache off), alternating jaxrl,
 PureJaxRL, PureJaxRL, jaxrl, ... between rounds (ABBA), and every figure is a per-round ratio jaxrl / PureJaxRL:
 throughput (env steps/s of the whole jitted train, the best of `--repeats` calls) and compile seconds
-(`benchmarks.common.measure`). Output: a table, and `benchmarks/results/purejaxrl.{json,md}`.
+(`benchmarks.common.measure`). `--xla-phases` also splits each XLA compile into its phases, from XLA's own
+timers (`benchmarks.common.xla_phases`: HLO passes, LLVM IR emission, LLVM). Output: a table, and
+`benchmarks/results/purejaxrl.{json,md}`.
 """
 
 from __future__ import annotations
@@ -85,9 +87,21 @@ def ratio_rows(results: list[dict]) -> list[dict]:
                 "compile_ratio_median": statistics.median(o["compile_s"] / p["compile_s"] for o, p in pairs),
                 "final_return_purejaxrl": [p["final_return"] for _, p in pairs],
                 "final_return_jaxrl": [o["final_return"] for o, _ in pairs],
+                "jaxrl_xla_phases": median_phases([o for o, _ in pairs]),
+                "purejaxrl_xla_phases": median_phases([p for _, p in pairs]),
             }
         )
     return table
+
+
+LIBRARIES = ("jaxrl", "purejaxrl")
+PHASES = ("hlo_passes_s", "ir_emission_s", "llvm_s")
+
+
+def median_phases(runs) -> dict | None:
+    """The median over `runs` of each XLA compile phase (`common.xla_phases`); None where no run has them."""
+    timed = [r["xla_phases"] for r in runs if r.get("xla_phases")]
+    return {name: statistics.median(t[name] for t in timed) for name in PHASES} if timed else None
 
 
 def markdown(table: list[dict], record: dict) -> str:
@@ -112,6 +126,19 @@ def markdown(table: list[dict], record: dict) -> str:
             f"{min(ratios):.2f}-{max(ratios):.2f} ({row['throughput_ratio_median']:.2f}x) | "
             f"{s(row['purejaxrl_compile_s'])} | {s(row['jaxrl_compile_s'])} | {row['compile_ratio_median']:.2f}x |"
         )
+    phased = [(row, library) for row in table for library in LIBRARIES if row.get(f"{library}_xla_phases")]
+    if phased:
+        lines += [
+            "",
+            "XLA's compile phases of each train program, seconds (median over the rounds; XLA's own timers):",
+            "",
+            "| case | library | HLO passes | LLVM IR emission | LLVM | sum |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row, library in phased:
+            phases = [row[f"{library}_xla_phases"][name] for name in PHASES]
+            cells = " | ".join(f"{x:.2f}" for x in [*phases, sum(phases)])
+            lines.append(f"| {row['case']} | {library} | {cells} |")
     return "\n".join(lines) + "\n"
 
 
@@ -150,6 +177,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="calls of each compiled program; the best counts")
     parser.add_argument("--devices", type=int, default=1, help="also run jaxrl's PPO cases on this many devices")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per worker")
+    parser.add_argument("--xla-phases", action="store_true", help="split each XLA compile into its phases (CPU)")
     parser.add_argument("--out", type=Path, default=RESULTS / "purejaxrl")
     args = parser.parse_args(argv)
     if not (args.source / "ppo.py").exists():
@@ -168,7 +196,7 @@ def main(argv=None) -> None:
             extra = {}
             if spec.get("devices", 1) > 1:
                 extra = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={spec['devices']}"}
-            result = run_worker(pythons[library], workers[library], spec, args.timeout, extra)
+            result = run_worker(pythons[library], workers[library], spec, args.timeout, extra, args.xla_phases)
             result.update(label=label, case=spec["case"], library=library, round=round_index)
             results.append(result)
             print(f"round {round_index} {label:40s} {library:10s} {shown(result)}", flush=True)

@@ -256,6 +256,71 @@ def test_purejaxrl_side_by_side_pairs_each_jaxrl_run_with_that_rounds_peer_run()
     assert table["ppo"]["compile_ratio_median"] == 0.75
 
 
+def test_xla_phases_split_the_longest_compile_by_its_log_timestamps():
+    from benchmarks.common import xla_phases
+
+    def line(clock, text):
+        return f"I1203 {clock}    3436 some_file.cc:1] {text}"
+
+    log = "\n".join(
+        [
+            line("10:00:00.000000", "Running HLO pass pipeline on module jit_small: simplification"),
+            line("10:00:00.100000", "Compiling: jit_small"),
+            line("10:00:00.150000", "Compile LLVM module with 0 kernels and 0 comparators"),
+            line("10:00:00.200000", "Compilation finished"),
+            line("10:00:01.000000", "Running HLO pass pipeline on module jit_train: spmd"),
+            "a line from Python, not XLA's",
+            line("10:00:01.250000", "HLO pass: dce time: 9 us"),
+            line("10:00:01.500000", "Compiling: jit_train"),
+            line("10:00:03.500000", "Compile LLVM module with 10 kernels and 1 comparators"),
+            line("10:00:07.500000", "Compilation finished"),
+            line("10:00:07.600000", "Compiling: jit_unfinished"),
+        ]
+    )
+    phases = xla_phases(log)
+    assert phases["module"] == "jit_train"
+    assert phases["hlo_passes_s"] == pytest.approx(0.5)
+    assert phases["ir_emission_s"] == pytest.approx(2.0)
+    assert phases["llvm_s"] == pytest.approx(4.0)
+    assert phases["total_s"] == pytest.approx(6.5)
+    assert xla_phases("no XLA timers here") is None
+
+
+def test_purejaxrl_side_by_side_takes_each_librarys_median_xla_phases():
+    from benchmarks import purejaxrl
+
+    def run(library, round_index, llvm_s):
+        phases = {"hlo_passes_s": 1.0, "ir_emission_s": 2.0, "llvm_s": llvm_s}
+        return dict(
+            ok=True,
+            label="ppo",
+            case="ppo",
+            library=library,
+            round=round_index,
+            steps_per_s=1.0,
+            compile_s=1.0,
+            final_return=0.0,
+            xla_phases=phases,
+        )
+
+    results = [run("jaxrl", 0, 3.0), run("purejaxrl", 0, 1.0), run("jaxrl", 1, 5.0), run("purejaxrl", 1, 2.0)]
+    (row,) = purejaxrl.ratio_rows(results)
+    assert row["jaxrl_xla_phases"]["llvm_s"] == 4.0 and row["purejaxrl_xla_phases"]["llvm_s"] == 1.5
+    text = purejaxrl.markdown(
+        [row],
+        {
+            "machine": {"processor": "cpu", "cpu_count": 2},
+            "argv": [],
+            "commit": "x",
+            "load_before": [],
+            "load_after": [],
+            "rounds": 2,
+        },
+    )
+    assert "| ppo | jaxrl | 1.00 | 2.00 | 4.00 | 7.00 |" in text
+    assert "| ppo | purejaxrl | 1.00 | 2.00 | 1.50 | 4.50 |" in text
+
+
 def test_xla_options_are_paired_with_the_default_run_of_their_case_and_round():
     from benchmarks import xla_options
 
