@@ -1,9 +1,9 @@
 """Uniform random permutations: `jax.random.permutation`'s exact order, at about a third of its cost on a CPU.
 
 JAX shuffles `arange(n)` in ceil(3 ln n / ln(2^32 - 1)) rounds, each a stable sort of the current order on fresh
-random 32-bit keys k. A stable sort on k orders (k_i, i) pairs; so does an unstable sort of the single 64-bit
-numbers k_i * 2^32 + i, which XLA's CPU sort runs with its built-in comparison instead of calling a compiled
-comparator per pair. The minibatch shuffles use it.
+random 32-bit keys k. A stable sort on k orders (k_i, i) pairs; so does a sort of the single 64-bit numbers
+k_i * 2^32 + i (all distinct, so stable or not, one order), which XLA's CPU sort runs with its built-in comparison
+instead of calling a compiled comparator per pair. The minibatch shuffles use it.
 """
 
 import jax
