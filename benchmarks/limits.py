@@ -19,6 +19,9 @@
     (`shuffle.permutation` against `jax.random.permutation`, the same order), and the optimiser over one flat
     vector (`optax.flatten` of the clipping and Adam) against one per parameter leaf, in PPO's minibatch steps and
     DQN's gradient step (other last bits).
+(f) The products' floor: PPO's minibatch step and DQN's gradient step, jaxrl's and the plain ones (PureJaxRL's
+    shapes), each against the matrix products its program must do, each timed alone and summed
+    (`benchmarks.products`): how far above its arithmetic each step runs, and the GFLOP/s of both.
 Every program's size is its HLO instruction count outside fusions (`ops`): the operations the CPU runtime
 dispatches one by one. Results: `benchmarks/results/limits.{json,md}`.
 """
@@ -39,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from benchmarks import products
 from benchmarks.common import machine, write_json
 from benchmarks.throughput import PUREJAXRL, env_loop, random_act
 from jaxrl import minibatch, optim, replay, shuffle
@@ -507,6 +511,187 @@ def cuts_section(iterations: int, repeats: int, key) -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------------------------------ (f) the products' floor
+
+
+class PlainQNetwork(nn.Module):
+    """PureJaxRL's CartPole Q-network: 120 and 84 ReLU units."""
+
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Dense(120)(x))
+        x = nn.relu(nn.Dense(84)(x))
+        return nn.Dense(self.action_dim)(x)
+
+
+def plain_dqn_step(network, target_params, transitions: dict, gamma: float, optimizer, batch_size: int):
+    """`(params, opt_state, key) -> (params, opt_state)`: one DQN gradient step written plainly (PureJaxRL's
+    shape): `batch_size` uniform indices into flat `transitions`, the one-step target from the target network, the
+    mean squared TD error, plain Adam."""
+    size = jax.tree.leaves(transitions)[0].shape[0]
+
+    def loss(params, batch):
+        q = jnp.take_along_axis(network.apply(params, batch["obs"]), batch["actions"][:, None], axis=-1)[:, 0]
+        next_q = network.apply(target_params, batch["next_obs"]).max(-1)
+        target = batch["rewards"] + (1.0 - batch["terminated"]) * gamma * next_q
+        return jnp.mean((q - jax.lax.stop_gradient(target)) ** 2)
+
+    def step(params, opt_state, key):
+        index = jax.random.randint(key, (batch_size,), 0, size)
+        grads = jax.grad(loss)(params, jax.tree.map(lambda x: x[index], transitions))
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    return step
+
+
+def products_floor(found: list, iterations: int, repeats: int, key) -> float:
+    """Microseconds of one call's products: each distinct product timed alone (`products.products_only`), times its
+    count, summed."""
+    total = 0.0
+    for dot in products.distinct(found):
+        run = timed(products.products_only([dot._replace(count=1)], iterations), key, repeats=repeats)
+        total += 1e6 * run["run_s"] / iterations * dot.count
+    return total
+
+
+def against_products(name: str, loop, loop_args, one_call, call_args, calls: int, steps: int, repeats: int, key):
+    """`loop(*loop_args)` (`calls` calls of `one_call`, `steps` steps each) against the matrix products of
+    `one_call(*call_args)`, each alone (`products_floor`), in the order floor, step, step, floor: microseconds per
+    step, each the best of its runs."""
+    found = products.dots(one_call, *call_args)
+    floors, runs = [], []
+    for which in ("floor", "step", "step", "floor"):
+        if which == "floor":
+            floors.append(products_floor(found, 2000, repeats, key) / steps)
+        else:
+            runs.append(1e6 * timed(loop, *loop_args, repeats=repeats)["run_s"] / (calls * steps))
+    us, floor = min(runs), min(floors)
+    flops = products.flops(found) / steps
+    return {
+        "section": "f",
+        "case": name,
+        "us_per_step": us,
+        "products_us": floor,
+        "of_products": us / floor,
+        "products": sum(d.count for d in found) / steps,
+        "distinct_products": len(products.distinct(found)),
+        "mflop": flops / 1e6,
+        "gflops_step": flops / us / 1e3,
+        "gflops_products": flops / floor / 1e3,
+    }
+
+
+def products_section(iterations: int, repeats: int, key) -> list[dict]:
+    """PPO's minibatch step and DQN's gradient step, jaxrl's and the plain ones, against their products alone."""
+    config = ppo.Config(**{**PUREJAXRL, "anneal_lr": False})
+    setup = ppo.setup(config)
+    state = ppo.init(setup, config, key)
+    batch = ppo_batch(config, setup, key)
+    n, steps = config.num_envs * config.num_steps, config.updates_per_iteration
+
+    def jaxrl_phase(params, opt_state, batch, key):
+        return actor_critic.minibatch_updates(
+            config, lambda p, mb: ppo.loss_fn(p, setup, config, mb), params, opt_state, batch, key
+        )[:2]
+
+    network, optimizer, plain_phase = plain_updates(
+        config, n, setup.env.spec.observation_shape[0], setup.env.spec.action_dim
+    )
+    plain_params = network.init(key, batch["obs"][0])
+    flat = jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), batch)
+
+    def scanned(phase):
+        def loop(params, opt_state, batch, key):
+            return jax.lax.scan(
+                lambda t, k: (phase(*t, batch, k), None), (params, opt_state), jax.random.split(key, iterations)
+            )[0]
+
+        return loop
+
+    jaxrl_args = (state.params, state.opt_state, batch, key)
+    plain_args = (plain_params, optimizer.init(plain_params), flat, key)
+    rows = [
+        against_products(
+            "jaxrl PPO minibatch step",
+            scanned(jaxrl_phase),
+            jaxrl_args,
+            jaxrl_phase,
+            jaxrl_args,
+            iterations,
+            steps,
+            repeats,
+            key,
+        ),
+        against_products(
+            "plain PPO minibatch step",
+            scanned(plain_phase),
+            plain_args,
+            plain_phase,
+            plain_args,
+            iterations,
+            steps,
+            repeats,
+            key,
+        ),
+    ]
+
+    dqn_config, dqn_setup, warm = warm_dqn(key)
+    dqn_tx = dqn.make_optimizer(dqn_config)
+    dqn_steps = iterations * steps
+
+    def jaxrl_step(learner, k):
+        return dqn.gradient_step(
+            dqn_config, dqn_setup.network, dqn_tx, warm.target_params, warm.buffer, 0.0, learner, k
+        )[0]
+
+    def jaxrl_loop(learner, key):
+        return jax.lax.scan(
+            lambda learner, k: (jaxrl_step(learner, k), None), learner, jax.random.split(key, dqn_steps)
+        )[0]
+
+    q_network = PlainQNetwork(dqn_setup.env.spec.action_dim)
+    q_params = q_network.init(key, warm.env.obs[0])
+    written = int(replay.steps_stored(warm.buffer))  # per env; the replay is [num_envs, capacity / num_envs, ...]
+    stored = jax.tree.map(lambda x: x[:, :written].reshape((-1,) + x.shape[2:]), warm.buffer.experience)
+    adam = optax.adam(dqn_config.learning_rate)
+    plain_step = plain_dqn_step(q_network, q_params, stored, dqn_config.gamma, adam, dqn_config.replay_batch_size)
+
+    def plain_loop(params, opt_state, key):
+        return jax.lax.scan(
+            lambda t, k: (plain_step(*t, k), None), (params, opt_state), jax.random.split(key, dqn_steps)
+        )[0]
+
+    learner = (warm.params, warm.opt_state, None)
+    rows += [
+        against_products(
+            "jaxrl DQN gradient step",
+            jaxrl_loop,
+            (learner, key),
+            jaxrl_step,
+            (learner, key),
+            dqn_steps,
+            1,
+            repeats,
+            key,
+        ),
+        against_products(
+            "plain DQN gradient step",
+            plain_loop,
+            (q_params, adam.init(q_params), key),
+            plain_step,
+            (q_params, adam.init(q_params), key),
+            dqn_steps,
+            1,
+            repeats,
+            key,
+        ),
+    ]
+    return rows
+
+
 def table(title: str | None, header: str, lines: list[str]) -> list[str]:
     """A markdown table under an optional `## title`, after a blank line."""
     heading = [f"## {title}"] if title else []
@@ -570,6 +755,19 @@ def markdown(rows: list[dict], record: dict) -> str:
                 for r in of("e")
             ],
         )
+    if of("f"):
+        out += table(
+            "(f) Steps against their matrix products, each product alone (floor, step, step, floor; each the best "
+            "of its runs)",
+            "| step | us per step | its products, us | step / products | products per step (distinct) | "
+            "MFLOP per step | GFLOP/s in the step | GFLOP/s of the products alone |",
+            [
+                f"| {r['case']} | {r['us_per_step']:.1f} | {r['products_us']:.1f} | {r['of_products']:.2f} | "
+                f"{r['products']:.0f} ({r['distinct_products']}) | {r['mflop']:.2f} | {r['gflops_step']:.1f} | "
+                f"{r['gflops_products']:.1f} |"
+                for r in of("f")
+            ],
+        )
     return "\n".join(out) + "\n"
 
 
@@ -578,7 +776,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=RESULTS)
-    parser.add_argument("--sections", default="abcde", help="which of the sections a-e to run (default: all)")
+    parser.add_argument("--sections", default="abcdef", help="which of the sections a-f to run (default: all)")
     args = parser.parse_args(argv)
     scale = 0.2 if args.quick else 1.0
     key = jax.random.key(0)
@@ -595,6 +793,7 @@ def main(argv=None) -> None:
         "c": lambda: dqn_section(int(5000 * scale), args.repeats, key),
         "d": lambda: compile_section(key),
         "e": lambda: cuts_section(int(2000 * scale), args.repeats, key),
+        "f": lambda: products_section(int(200 * scale), args.repeats, key),
     }
     rows = [row for name in args.sections for row in sections[name]()]
     import subprocess

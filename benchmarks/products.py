@@ -1,0 +1,144 @@
+"""The matrix-product floor of a step: the `dot_general`s its program must do, run alone.
+
+`dots(fn, *args)` traces `fn` to its jaxpr and lists every `dot_general` in it, nested jaxprs included (jit, custom
+derivatives, the transposed products of a gradient), with its operand shapes, dtypes and dimension numbers. A product
+inside a `lax.scan` counts `length` times; of a `lax.cond`'s branches the one with the most FLOPs counts; a
+`lax.while_loop` (no static trip count) is refused.
+
+`distinct(dots)` merges products of the same shapes, dtypes and dimension numbers (their counts add up).
+`products_only(dots, iterations)` is a program that does exactly those products, one after another, `iterations`
+times in a `lax.scan`, and nothing else but what keeps XLA from hoisting them out of the loop or running them at
+once: one element of each left operand (carried by the loop, so updated in place) moves by 1e-30 times the first
+element of the product before it, which joins a running total (two one-element operations per product).
+
+A step's floor here is the sum over its distinct products of each one's time alone (`products_only([dot])`), times
+its count: what the step's arithmetic costs on this machine, each product run as fast as the machine runs it alone.
+A step's time over the floor is what its other operations (elementwise, gathers, random bits, the optimiser) and
+their dispatch cost. (All of a step's products in one program do not time reliably: XLA's CPU runtime may run
+independent ones at once on several cores, and between compiles of one program that varied by 30% here.)
+
+FLOPs of one product: 2 x (the number of output elements) x (the contracted size), as XLA's cost analysis counts a
+dot (tests/test_benchmark_products.py checks one against the other).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class Dot(NamedTuple):
+    """One `lax.dot_general` of a traced program, and how many times one call of the program runs it."""
+
+    lhs_shape: tuple[int, ...]
+    rhs_shape: tuple[int, ...]
+    lhs_dtype: jnp.dtype
+    rhs_dtype: jnp.dtype
+    dimension_numbers: tuple
+    preferred_element_type: jnp.dtype | None
+    count: int = 1
+
+    @property
+    def flops(self) -> int:
+        """2 x output elements x contracted size, for one run of the product."""
+        (_, rhs_contract), (_, rhs_batch) = self.dimension_numbers
+        rhs_free = [d for i, d in enumerate(self.rhs_shape) if i not in rhs_contract and i not in rhs_batch]
+        return 2 * math.prod(self.lhs_shape) * math.prod(rhs_free)
+
+
+def _sub_jaxprs(params: dict) -> list:
+    """The jaxprs an equation's parameters hold (a closed jaxpr's inner jaxpr; a cond's branches)."""
+    found = []
+    for value in params.values():
+        for item in value if isinstance(value, tuple | list) else (value,):
+            if hasattr(item, "eqns"):
+                found.append(item)
+            elif hasattr(getattr(item, "jaxpr", None), "eqns"):
+                found.append(item.jaxpr)
+    return found
+
+
+def _dots_of(jaxpr, count: int) -> list[Dot]:
+    found = []
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            lhs, rhs = (v.aval for v in eqn.invars)
+            found.append(
+                Dot(
+                    tuple(lhs.shape),
+                    tuple(rhs.shape),
+                    lhs.dtype,
+                    rhs.dtype,
+                    eqn.params["dimension_numbers"],
+                    eqn.params.get("preferred_element_type"),
+                    count,
+                )
+            )
+        elif name == "while":
+            if any(_dots_of(sub, 1) for sub in _sub_jaxprs(eqn.params)):
+                raise ValueError("a lax.while_loop runs products an unknown number of times: trace one step of it")
+        elif name == "cond":
+            branches = [_dots_of(sub, count) for sub in _sub_jaxprs(eqn.params)]
+            found += max(branches, key=lambda ds: sum(d.flops * d.count for d in ds), default=[])
+        else:
+            times = count * eqn.params["length"] if name == "scan" else count
+            for sub in _sub_jaxprs(eqn.params):
+                found += _dots_of(sub, times)
+    return found
+
+
+def dots(fn: Callable, *args) -> list[Dot]:
+    """Every matrix product one call of `fn(*args)` runs (see the module's docstring)."""
+    return _dots_of(jax.make_jaxpr(fn)(*args).jaxpr, 1)
+
+
+def flops(found: list[Dot]) -> int:
+    """FLOPs of one call: every product's, times its count."""
+    return sum(d.flops * d.count for d in found)
+
+
+def _operand(key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jax.random.normal(key, shape, dtype)
+    return jnp.ones(shape, dtype)
+
+
+def distinct(found: list[Dot]) -> list[Dot]:
+    """`found` with the products of one shape, dtype and dimension numbers merged, their counts summed."""
+    merged: dict[Dot, int] = {}
+    for d in found:
+        merged[d._replace(count=1)] = merged.get(d._replace(count=1), 0) + d.count
+    return [d._replace(count=count) for d, count in merged.items()]
+
+
+def products_only(found: list[Dot], iterations: int) -> Callable[[jax.Array], jax.Array]:
+    """`program(key) -> scalar`: the products of `found` (each `count` times), one after another, in a scan of
+    `iterations`."""
+    runs = [d for d in found for _ in range(d.count)]
+
+    def program(key):
+        keys = jax.random.split(key, (len(runs), 2))
+        lhss = [_operand(k[0], d.lhs_shape, d.lhs_dtype) for d, k in zip(runs, keys, strict=True)]
+        rhss = [_operand(k[1], d.rhs_shape, d.rhs_dtype) for d, k in zip(runs, keys, strict=True)]
+
+        def one(carry, _):
+            last, lhss = carry
+            total, moved = last, []
+            for d, lhs, rhs in zip(runs, lhss, rhss, strict=True):
+                lhs = lhs.at[(0,) * lhs.ndim].add((1e-30 * last).astype(lhs.dtype))  # in place: one element
+                out = jax.lax.dot_general(
+                    lhs, rhs, d.dimension_numbers, preferred_element_type=d.preferred_element_type
+                )
+                last = jax.lax.optimization_barrier(out).ravel()[0].astype(jnp.float32)  # all of it is computed
+                total = total + last
+                moved.append(lhs)
+            return (total, moved), None
+
+        return jax.lax.scan(one, (jnp.zeros((), jnp.float32), lhss), None, iterations)[0][0]
+
+    return program

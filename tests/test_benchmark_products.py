@@ -1,0 +1,129 @@
+"""benchmarks.products: the matrix products a program runs, their FLOPs against XLA's cost analysis, and the
+products-only program that the limits benchmark times as a step's floor."""
+
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import pytest
+
+from benchmarks import products
+
+DIMENSIONS = [
+    ((8, 5), (5, 3), (((1,), (0,)), ((), ()))),  # x @ w
+    ((8, 5), (8, 3), (((0,), (0,)), ((), ()))),  # x.T @ g, a weight gradient
+    ((8, 5), (3, 5), (((1,), (1,)), ((), ()))),  # g @ w.T, an input gradient
+    ((2, 8, 5), (2, 5, 3), (((2,), (1,)), ((0,), (0,)))),  # batched
+    ((1, 8, 5), (5, 3), (((2,), (0,)), ((), ()))),  # a leading axis, as a network applied to [T, B, ...]
+]
+
+
+@pytest.mark.parametrize("lhs, rhs, dimension_numbers", DIMENSIONS)
+def test_flops_of_a_product_match_xla_cost_analysis(lhs, rhs, dimension_numbers):
+    def product(a, b):
+        return jax.lax.dot_general(a, b, dimension_numbers)
+
+    (found,) = products.dots(product, jnp.ones(lhs), jnp.ones(rhs))
+    assert (found.lhs_shape, found.rhs_shape, found.dimension_numbers) == (lhs, rhs, dimension_numbers)
+    cost = jax.jit(product).lower(jnp.ones(lhs), jnp.ones(rhs)).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    assert found.flops == cost["flops"]
+
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(2)(nn.relu(nn.Dense(16)(x)))
+
+
+def test_a_gradient_step_runs_its_forward_and_transposed_products():
+    network = MLP()
+    params = network.init(jax.random.key(0), jnp.ones((4, 3)))
+
+    def loss(p, x):
+        return network.apply(p, x).sum()
+
+    found = products.dots(jax.grad(loss), params, jnp.ones((32, 3)))
+    # forward: two layers; backward: both weight gradients and the input gradient of the second layer only
+    assert len(found) == 5
+    shapes = sorted((d.lhs_shape, d.rhs_shape) for d in found)
+    assert ((32, 3), (3, 16)) in shapes and ((32, 16), (16, 2)) in shapes
+    forward = 2 * 32 * (3 * 16 + 16 * 2)
+    assert products.flops(found) == forward + 2 * 32 * (3 * 16 + 16 * 2) + 2 * 32 * 2 * 16
+
+
+def test_a_scan_counts_its_length_a_cond_its_larger_branch_a_while_loop_is_refused():
+    w = jnp.ones((5, 5))
+
+    def scanned(x):
+        return jax.lax.scan(lambda c, _: (c @ w, None), x, None, 7)[0]
+
+    (found,) = products.dots(scanned, jnp.ones((4, 5)))
+    assert found.count == 7 and products.flops([found]) == 7 * 2 * 4 * 5 * 5
+
+    def branches(flag, x):
+        return jax.lax.cond(flag, lambda x: x @ w @ w, lambda x: x @ w, x)
+
+    assert len(products.dots(branches, True, jnp.ones((4, 5)))) == 2
+
+    def looped(x):
+        return jax.lax.fori_loop(0, jnp.int32(3) + jnp.zeros((), jnp.int32), lambda i, c: c @ w, x)
+
+    with pytest.raises(ValueError, match="while_loop"):
+        products.dots(looped, jnp.ones((4, 5)))
+
+
+def computations(hlo: str) -> dict[str, str]:
+    """name -> text of each computation of an HLO module's text."""
+    found, name = {}, None
+    for line in hlo.splitlines():
+        head = re.match(r"\s*(?:ENTRY )?%?([\w.\-]+) \(.*\{$", line)
+        if head:
+            name = head.group(1)
+            found[name] = ""
+        elif name:
+            found[name] += line + "\n"
+    return found
+
+
+def dots_inside_the_loop(hlo: str) -> int:
+    """Products in the while loops' bodies and the computations they call (fusions wrapping a product)."""
+    bodies = computations(hlo)
+    seen, todo, count = set(), re.findall(r"while\(.*body=%([\w.\-]+)", hlo), 0
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        count += bodies[name].count(" dot(")
+        todo += re.findall(r"calls=%([\w.\-]+)", bodies[name])
+    return count
+
+
+def test_the_products_only_program_runs_each_product_once_per_iteration():
+    w = jnp.ones((6, 5))
+
+    def step(x):
+        h = x @ w.T
+        return jax.lax.dot_general(h, x, (((0,), (0,)), ((), ())))
+
+    found = products.dots(step, jnp.ones((8, 5)))
+    program = products.products_only(found, iterations=3)
+    compiled = jax.jit(program).lower(jax.random.key(0)).compile()
+    assert len(found) == 2
+    hlo = compiled.as_text()
+    assert dots_inside_the_loop(hlo) == hlo.count(" dot(") == 2  # none elided, merged or hoisted out of the loop
+    assert jnp.isfinite(compiled(jax.random.key(0)))
+
+
+def test_distinct_merges_products_of_one_shape_and_keeps_the_flops():
+    w = jnp.ones((5, 5))
+
+    def two_layers_and_a_wide_one(x):
+        return (x @ w @ w).sum() + (x @ jnp.ones((5, 7))).sum()
+
+    found = products.dots(two_layers_and_a_wide_one, jnp.ones((4, 5)))
+    merged = products.distinct(found)
+    assert sorted(d.count for d in merged) == [1, 2]
+    assert products.flops(merged) == products.flops(found) == 2 * 4 * 5 * (5 + 5 + 7)
