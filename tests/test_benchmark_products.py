@@ -127,3 +127,30 @@ def test_distinct_merges_products_of_one_shape_and_keeps_the_flops():
     merged = products.distinct(found)
     assert sorted(d.count for d in merged) == [1, 2]
     assert products.flops(merged) == products.flops(found) == 2 * 4 * 5 * (5 + 5 + 7)
+
+
+def test_limits_times_a_step_between_two_floors_and_the_floor_sums_each_distinct_product(monkeypatch):
+    from benchmarks import limits
+
+    w = jnp.ones((5, 5))
+
+    def step(x):  # two products of one shape, one of another
+        return (x @ w @ w).sum() + (x @ jnp.ones((5, 7))).sum()
+
+    timed_programs = []
+    seconds = {"step": iter([0.9, 0.6]), "floor": iter([0.2, 0.1, 0.3, 0.1])}  # per distinct product, then again
+
+    def fake_timed(fn, *args, repeats):
+        which = "step" if fn is step else "floor"
+        timed_programs.append(which)
+        return {"run_s": next(seconds[which]), "xla_s": 0.0, "trace_s": 0.0, "ops": 1}
+
+    monkeypatch.setattr(limits, "timed", fake_timed)
+    row = limits.against_products("s", step, (), step, (jnp.ones((4, 5)),), calls=10, steps=2, repeats=1, key=None)
+    assert timed_programs == ["floor", "floor", "step", "step", "floor", "floor"]
+    # floor per call: (0.2 s x 2 products + 0.1 s x 1) / 2000 iterations, or (0.3 x 2 + 0.1) / 2000; the least
+    assert row["products_us"] == pytest.approx(1e6 * 0.5 / 2000 / 2)
+    assert row["us_per_step"] == pytest.approx(1e6 * 0.6 / (10 * 2))
+    assert row["of_products"] == pytest.approx(row["us_per_step"] / row["products_us"])
+    assert (row["products"], row["distinct_products"]) == (1.5, 2)
+    assert row["mflop"] == pytest.approx(2 * 4 * 5 * (5 + 5 + 7) / 2 / 1e6)
