@@ -557,17 +557,21 @@ def products_floor(found: list, iterations: int, repeats: int, key) -> float:
     return total
 
 
-def against_products(name: str, loop, loop_args, one_call, call_args, calls: int, steps: int, repeats: int, key):
-    """`loop(*loop_args)` (`calls` calls of `one_call`, `steps` steps each) against the matrix products of
-    `one_call(*call_args)`, each alone (`products_floor`), in the order floor, step, step, floor: microseconds per
-    step, each the best of its runs."""
-    found = products.dots(one_call, *call_args)
+def against_products(name: str, step, carry, inputs: tuple, calls: int, steps: int, repeats: int, key):
+    """`step(carry, key, *inputs) -> carry` (`steps` optimiser steps a call), `calls` times in a `lax.scan`, against
+    the matrix products of one call, each alone (`products_floor`), in the order floor, step, step, floor:
+    microseconds per optimiser step, each the best of its runs."""
+
+    def loop(carry, key, *inputs):
+        return jax.lax.scan(lambda c, k: (step(c, k, *inputs), None), carry, jax.random.split(key, calls))[0]
+
+    found = products.dots(step, carry, key, *inputs)
     floors, runs = [], []
     for which in ("floor", "step", "step", "floor"):
         if which == "floor":
             floors.append(products_floor(found, 2000, repeats, key) / steps)
         else:
-            runs.append(1e6 * timed(loop, *loop_args, repeats=repeats)["run_s"] / (calls * steps))
+            runs.append(1e6 * timed(loop, carry, key, *inputs, repeats=repeats)["run_s"] / (calls * steps))
     us, floor = min(runs), min(floors)
     flops = products.flops(found) / steps
     return {
@@ -592,34 +596,26 @@ def products_section(iterations: int, repeats: int, key) -> list[dict]:
     batch = ppo_batch(config, setup, key)
     n, steps = config.num_envs * config.num_steps, config.updates_per_iteration
 
-    def jaxrl_phase(params, opt_state, batch, key):
-        return actor_critic.minibatch_updates(
-            config, lambda p, mb: ppo.loss_fn(p, setup, config, mb), params, opt_state, batch, key
-        )[:2]
+    def jaxrl_phase(train, key, batch):
+        def loss(params, minibatch):
+            return ppo.loss_fn(params, setup, config, minibatch)
 
-    network, optimizer, plain_phase = plain_updates(
-        config, n, setup.env.spec.observation_shape[0], setup.env.spec.action_dim
-    )
+        return actor_critic.minibatch_updates(config, loss, *train, batch, key)[:2]
+
+    spec = setup.env.spec
+    network, optimizer, plain_updates_of = plain_updates(config, n, spec.observation_shape[0], spec.action_dim)
     plain_params = network.init(key, batch["obs"][0])
     flat = jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), batch)
 
-    def scanned(phase):
-        def loop(params, opt_state, batch, key):
-            return jax.lax.scan(
-                lambda t, k: (phase(*t, batch, k), None), (params, opt_state), jax.random.split(key, iterations)
-            )[0]
+    def plain_phase(train, key, batch):
+        return plain_updates_of(*train, batch, key)
 
-        return loop
-
-    jaxrl_args = (state.params, state.opt_state, batch, key)
-    plain_args = (plain_params, optimizer.init(plain_params), flat, key)
     rows = [
         against_products(
             "jaxrl PPO minibatch step",
-            scanned(jaxrl_phase),
-            jaxrl_args,
             jaxrl_phase,
-            jaxrl_args,
+            (state.params, state.opt_state),
+            (batch,),
             iterations,
             steps,
             repeats,
@@ -627,10 +623,9 @@ def products_section(iterations: int, repeats: int, key) -> list[dict]:
         ),
         against_products(
             "plain PPO minibatch step",
-            scanned(plain_phase),
-            plain_args,
             plain_phase,
-            plain_args,
+            (plain_params, optimizer.init(plain_params)),
+            (flat,),
             iterations,
             steps,
             repeats,
@@ -640,16 +635,10 @@ def products_section(iterations: int, repeats: int, key) -> list[dict]:
 
     dqn_config, dqn_setup, warm = warm_dqn(key)
     dqn_tx = dqn.make_optimizer(dqn_config)
-    dqn_steps = iterations * steps
 
-    def jaxrl_step(learner, k):
+    def jaxrl_step(learner, key):
         return dqn.gradient_step(
-            dqn_config, dqn_setup.network, dqn_tx, warm.target_params, warm.buffer, 0.0, learner, k
-        )[0]
-
-    def jaxrl_loop(learner, key):
-        return jax.lax.scan(
-            lambda learner, k: (jaxrl_step(learner, k), None), learner, jax.random.split(key, dqn_steps)
+            dqn_config, dqn_setup.network, dqn_tx, warm.target_params, warm.buffer, 0.0, learner, key
         )[0]
 
     q_network = PlainQNetwork(dqn_setup.env.spec.action_dim)
@@ -658,38 +647,20 @@ def products_section(iterations: int, repeats: int, key) -> list[dict]:
     stored = jax.tree.map(lambda x: x[:, :written].reshape((-1,) + x.shape[2:]), warm.buffer.experience)
     adam = optax.adam(dqn_config.learning_rate)
     plain_step = plain_dqn_step(q_network, q_params, stored, dqn_config.gamma, adam, dqn_config.replay_batch_size)
-
-    def plain_loop(params, opt_state, key):
-        return jax.lax.scan(
-            lambda t, k: (plain_step(*t, k), None), (params, opt_state), jax.random.split(key, dqn_steps)
-        )[0]
-
     learner = (warm.params, warm.opt_state, None)
-    rows += [
-        against_products(
-            "jaxrl DQN gradient step",
-            jaxrl_loop,
-            (learner, key),
-            jaxrl_step,
-            (learner, key),
-            dqn_steps,
-            1,
-            repeats,
-            key,
-        ),
+    return rows + [
+        against_products("jaxrl DQN gradient step", jaxrl_step, learner, (), iterations * steps, 1, repeats, key),
         against_products(
             "plain DQN gradient step",
-            plain_loop,
-            (q_params, adam.init(q_params), key),
-            plain_step,
-            (q_params, adam.init(q_params), key),
-            dqn_steps,
+            lambda train, key: plain_step(*train, key),
+            (q_params, adam.init(q_params)),
+            (),
+            iterations * steps,
             1,
             repeats,
             key,
         ),
     ]
-    return rows
 
 
 def table(title: str | None, header: str, lines: list[str]) -> list[str]:

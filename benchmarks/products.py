@@ -15,7 +15,7 @@ A step's floor here is the sum over its distinct products of each one's time alo
 its count: what the step's arithmetic costs on this machine, each product run as fast as the machine runs it alone.
 A step's time over the floor is what its other operations (elementwise, gathers, random bits, the optimiser) and
 their dispatch cost. (All of a step's products in one program do not time reliably: XLA's CPU runtime may run
-independent ones at once on several cores, and between compiles of one program that varied by 30% here.)
+independent ones at once on several cores, by as much as it happens to between compiles.)
 
 FLOPs of one product: 2 x (the number of output elements) x (the contracted size), as XLA's cost analysis counts a
 dot (tests/test_benchmark_products.py checks one against the other).

@@ -134,19 +134,20 @@ def test_limits_times_a_step_between_two_floors_and_the_floor_sums_each_distinct
 
     w = jnp.ones((5, 5))
 
-    def step(x):  # two products of one shape, one of another
-        return (x @ w @ w).sum() + (x @ jnp.ones((5, 7))).sum()
+    def step(carry, key, x):  # two products of one shape, one of another
+        return carry + (x @ w @ w).sum() + (x @ jnp.ones((5, 7))).sum()
 
     timed_programs = []
     seconds = {"step": iter([0.9, 0.6]), "floor": iter([0.2, 0.1, 0.3, 0.1])}  # per distinct product, then again
 
     def fake_timed(fn, *args, repeats):
-        which = "step" if fn is step else "floor"
+        which = "floor" if len(args) == 1 else "step"  # a floor program takes the key alone
         timed_programs.append(which)
         return {"run_s": next(seconds[which]), "xla_s": 0.0, "trace_s": 0.0, "ops": 1}
 
     monkeypatch.setattr(limits, "timed", fake_timed)
-    row = limits.against_products("s", step, (), step, (jnp.ones((4, 5)),), calls=10, steps=2, repeats=1, key=None)
+    key = jax.random.key(0)
+    row = limits.against_products("s", step, jnp.zeros(()), (jnp.ones((4, 5)),), calls=10, steps=2, repeats=1, key=key)
     assert timed_programs == ["floor", "floor", "step", "step", "floor", "floor"]
     # floor per call: (0.2 s x 2 products + 0.1 s x 1) / 2000 iterations, or (0.3 x 2 + 0.1) / 2000; the least
     assert row["products_us"] == pytest.approx(1e6 * 0.5 / 2000 / 2)
