@@ -58,6 +58,7 @@ DQN_CONFIG = dict(
     total_timesteps=500_000,
     hidden_sizes=(120, 84),
     activation="relu",
+    max_grad_norm=float("inf"),  # PureJaxRL's DQN does not clip
     learning_starts=10,
     target_update_interval=50,
     epsilon_decay_fraction=0.5,

@@ -13,8 +13,11 @@ from pathlib import Path
 PATH = Path(__file__).with_name("catalog.json")
 
 
-def kind_of(default) -> str:
-    """The flag kind of a Config field from its default: bool, int, float, tuple or str."""
+def kind_of(default, takes_inf: bool = False) -> str:
+    """The flag kind of a Config field from its default: bool, int, float, tuple or str; float_or_inf for a
+    field whose inf means no limit (its `takes_inf` metadata)."""
+    if takes_inf:
+        return "float_or_inf"
     for kind in (bool, int, float, tuple):
         if isinstance(default, kind):
             return kind.__name__
@@ -39,7 +42,12 @@ def build() -> dict[str, dict]:
         name: {
             "doc": summary(module.__doc__),
             "fields": [
-                [f.name, kind_of(f.default), str(f.default), f.metadata.get("help", "")]
+                [
+                    f.name,
+                    kind_of(f.default, f.metadata.get("takes_inf", False)),
+                    str(f.default),
+                    f.metadata.get("help", ""),
+                ]
                 for f in dataclasses.fields(module.Config)
             ],
         }

@@ -61,6 +61,13 @@ def _real(text: str) -> float:
     return value
 
 
+def _real_or_inf(text: str) -> float:
+    """A finite float, or inf (a field where inf means no limit: kind "float_or_inf" in the catalog)."""
+    if text.strip().lower() in ("inf", "+inf", "infinity"):
+        return math.inf
+    return _real(text)
+
+
 def _number(text: str) -> int:
     """Accepts 500000, 5e5 or 500_000 for integer fields."""
     value = _real(text)
@@ -89,6 +96,7 @@ FLAG_KINDS = {
     "bool": {"action": argparse.BooleanOptionalAction},
     "int": {"type": _number, "metavar": "N"},
     "float": {"type": _real, "metavar": "X"},
+    "float_or_inf": {"type": _real_or_inf, "metavar": "X"},
     "tuple": {"type": _int_tuple, "metavar": "A,B"},
     "str": {"type": str},
 }

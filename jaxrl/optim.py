@@ -12,6 +12,7 @@ and traceable: they run inside `jax.jit`, `lax.scan` and `jax.vmap`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import jax
@@ -37,10 +38,21 @@ def learning_rate_schedule(learning_rate, anneal: bool, updates_per_iteration: i
     return schedule
 
 
+def gradient_clipping(max_grad_norm) -> optax.GradientTransformation:
+    """Global-norm clipping, g <- g min(1, max_grad_norm / ||g||_2) (optax.clip_by_global_norm), or, for a
+    `max_grad_norm` of inf given as a number (not traced), no clipping at all: nothing of it enters the compiled
+    program. Both keep the same (empty) optimiser state, so the two are interchangeable in a saved state. A traced
+    inf (a sweep over `max_grad_norm`) still clips, which at inf changes nothing."""
+    if isinstance(max_grad_norm, int | float) and math.isinf(max_grad_norm):
+        return optax.identity()
+    return optax.clip_by_global_norm(max_grad_norm)
+
+
 def clipped_optimizer(name: str, learning_rate, max_grad_norm, eps: float = 1e-5) -> optax.GradientTransformation:
-    """Global-norm gradient clipping at `max_grad_norm`, then Adam (`eps`), RMSprop (decay 0.99, `eps`, as A2C in
-    Stable-Baselines3) or RAdam (Liu et al. 2020; optax's defaults), at `learning_rate` (a number or a schedule).
-    Under data parallelism the gradients are first averaged over the devices (`parallel.average_gradients`)."""
+    """Global-norm gradient clipping at `max_grad_norm` (`gradient_clipping`; inf: none), then Adam (`eps`),
+    RMSprop (decay 0.99, `eps`, as A2C in Stable-Baselines3) or RAdam (Liu et al. 2020; optax's defaults), at
+    `learning_rate` (a number or a schedule). Under data parallelism the gradients are first averaged over the
+    devices (`parallel.average_gradients`)."""
     if name == "adam":
         scale = optax.adam(learning_rate, eps=eps)
     elif name == "rmsprop":
@@ -49,7 +61,7 @@ def clipped_optimizer(name: str, learning_rate, max_grad_norm, eps: float = 1e-5
         scale = optax.radam(learning_rate)
     else:
         raise ValueError(f"optimizer {name!r} is not one of {', '.join(OPTIMIZERS)}.")
-    return parallel.average_gradients(optax.chain(optax.clip_by_global_norm(max_grad_norm), scale))
+    return parallel.average_gradients(optax.chain(gradient_clipping(max_grad_norm), scale))
 
 
 def tree_vdot(a, b) -> jax.Array:

@@ -2,8 +2,8 @@
 
 spec: {"case": a name of `purejaxrl_cases.CASES`, "repeats": int, "devices": int (optional, default the case's)}
 The case's config as jaxrl Config fields (PPO: `ppo.Config`; DQN: `dqn.Config` with PureJaxRL's 120-84 relu
-network, target copy and learning start in jaxrl's units); timing: `benchmarks.common.measure` of
-`jax.jit(make_train(config, devices))` for one seed (data-parallel over `devices`), `jax.jit(jax.vmap(make_train(
+network, no gradient clipping, target copy and learning start in jaxrl's units); timing: `benchmarks.common.measure`
+of `jax.jit(make_train(config, devices))` for one seed (data-parallel over `devices`), `jax.jit(jax.vmap(make_train(
 config)))` for several, their keys sharded over `devices` (whole seeds per device, a sweep's layout).
 """
 
@@ -37,6 +37,7 @@ def jaxrl_config(algo: str, c: dict):
         learning_starts=c["learning_starts"],
         target_update_interval=c["target_update_interval"] // c["num_envs"],  # iterations of num_envs env steps
         learning_rate=c["learning_rate"],
+        max_grad_norm=float("inf"),  # PureJaxRL's DQN does not clip its gradients
         gamma=c["gamma"],
         epsilon_start=c["epsilon_start"],
         epsilon_end=c["epsilon_end"],

@@ -3,7 +3,7 @@
 PPO is PureJaxRL's `ppo.py` CartPole config (4 envs x 128 steps, 4 epochs x 4 minibatches, 2 x 64 tanh actor and
 critic, lr 2.5e-4 annealed, global-norm clipping 0.5); DQN its `dqn.py` CartPole config (10 envs, one update of
 128 per 10 env steps, buffer 10k, 10k learning-start steps, target copy every 500 env steps, 120-84 relu Q-network,
-lr 2.5e-4, epsilon 1 -> 0.05 over 2.5e5 steps).
+lr 2.5e-4 without gradient clipping, epsilon 1 -> 0.05 over 2.5e5 steps).
 """
 
 from __future__ import annotations

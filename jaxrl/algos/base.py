@@ -231,9 +231,10 @@ def static(default, help: str):
     return struct.field(pytree_node=False, default=default, metadata={"help": help})
 
 
-def hyper(default, help: str):
-    """A numeric hyperparameter: a pytree leaf, traced under jit, vmappable in sweeps."""
-    return struct.field(pytree_node=True, default=default, metadata={"help": help})
+def hyper(default, help: str, takes_inf: bool = False):
+    """A numeric hyperparameter: a pytree leaf, traced under jit, vmappable in sweeps. With `takes_inf` its value
+    may also be inf, which means no limit (`max_grad_norm`: no clipping)."""
+    return struct.field(pytree_node=True, default=default, metadata={"help": help, "takes_inf": takes_inf})
 
 
 # The fields several Configs share: their kind (static or traced) and help text, written once; each Config gives
@@ -254,7 +255,10 @@ SHARED_FIELDS = {
     "gae_lambda": (hyper, "GAE lambda"),
     "ent_coef": (hyper, "entropy bonus coefficient"),
     "vf_coef": (hyper, "value loss coefficient"),
-    "max_grad_norm": (hyper, "global gradient-norm clipping threshold"),
+    "max_grad_norm": (
+        functools.partial(hyper, takes_inf=True),
+        "global gradient-norm clipping threshold (inf: no clipping)",
+    ),
 }
 
 
@@ -392,7 +396,9 @@ def check_fields(config) -> None:
             values = host_array(value)
             real = values is not None and values.dtype.kind in "iuf" and not isinstance(value, bool)
             check(real, name, f"got {value!r} ({type(value).__name__}), must be a real number.")
-            check(bool(np.isfinite(values).all()), name, f"got {_shown(values)}, must be a finite number.")
+            takes_inf = field.metadata.get("takes_inf", False)
+            finite = np.isfinite(values) | (takes_inf & (values == np.inf))
+            check(bool(finite.all()), name, f"got {_shown(values)}, must be a finite number{' or inf' * takes_inf}.")
             rule = _sign_rule(name)
             if rule is not None:
                 check_range(config, name, rule[0], low_open=rule[1])
