@@ -22,6 +22,9 @@
 (f) The products' floor: PPO's minibatch step and DQN's gradient step, jaxrl's and the plain ones (PureJaxRL's
     shapes), each against the matrix products its program must do, each timed alone and summed
     (`benchmarks.products`): how far above its arithmetic each step runs, and the GFLOP/s of both.
+(g) PPO over 8 seeds vmapped in one program: section (a)'s rollout cases at 4 envs and jaxrl's minibatch step
+    against its products (section (f)), both vmapped, and the bound they make: env steps/s if an iteration were
+    the faster rollout plus the products of its minibatch steps alone.
 Every program's size is its HLO instruction count outside fusions (`ops`): the operations the CPU runtime
 dispatches one by one. Results: `benchmarks/results/limits.{json,md}`.
 """
@@ -95,12 +98,29 @@ def timed(fn, *args, repeats: int) -> dict:
 # ------------------------------------------------------------------------------------------------- (a) rollout
 
 
-def rollout_section(num_envs: int, iterations: int, repeats: int, key) -> list[dict]:
+ROLLOUT_CASE = "jaxrl rollout (critic, bootstrap, stored)"
+
+
+def seeds_of(fn, seeds: int):
+    """`fn(params, carry, key)` over `seeds` stacked params and carries in one program (`jax.vmap`, a key each)."""
+    if seeds == 1:
+        return fn
+    return lambda params, carry, key: jax.vmap(fn)(params, carry, jax.random.split(key, seeds))
+
+
+def stacked(tree, seeds: int):
+    """`seeds` copies of every leaf of `tree` along a new leading axis (as many seeds' states)."""
+    return tree if seeds == 1 else jax.tree.map(lambda x: jnp.stack([x] * seeds), tree)
+
+
+def rollout_section(num_envs: int, iterations: int, repeats: int, key, seeds: int = 1) -> list[dict]:
+    """PPO's rollout at PureJaxRL's config with `num_envs` envs against its limits; with `seeds` > 1 every case runs
+    vmapped over that many seeds in one program (env steps/s counts all seeds')."""
     config = ppo.Config(**{**PUREJAXRL, "num_envs": num_envs, "total_timesteps": num_envs * 128 * iterations})
     setup = ppo.setup(config)
     state = ppo.init(setup, config, key)
     length = iterations * config.num_steps
-    args = (state.params, state.env, key)
+    args = (stacked(state.params, seeds), stacked(state.env, seeds), key)
 
     def jaxrl_rollouts(params, carry, key):
         act, value = actor_critic.behaviour(setup.network, params)
@@ -124,13 +144,14 @@ def rollout_section(num_envs: int, iterations: int, repeats: int, key) -> list[d
         "env only (random actions)": env_loop(setup.env, lambda p: random_act(setup.env.spec), length),
         "env + policy forward": env_loop(setup.env, lambda p: actor_critic.behaviour(setup.network, p)[0], length),
         "env + policy and critic forward": env_loop(setup.env, act_and_value, length),
-        "jaxrl rollout (critic, bootstrap, stored)": jaxrl_rollouts,
+        ROLLOUT_CASE: jaxrl_rollouts,
     }
     rows = []
     for name, fn in cases.items():
-        r = timed(fn, *args, repeats=repeats)
+        r = timed(seeds_of(fn, seeds), *args, repeats=repeats)
+        steps_per_s = length * num_envs * seeds / r["run_s"]
         rows.append(
-            {"section": "a", "case": name, "num_envs": num_envs, "steps_per_s": length * num_envs / r["run_s"], **r}
+            {"section": "a", "case": name, "num_envs": num_envs, "seeds": seeds, "steps_per_s": steps_per_s, **r}
         )
     policy_limit, actor_critic_limit = rows[1]["steps_per_s"], rows[2]["steps_per_s"]
     for r in rows:
@@ -664,6 +685,47 @@ def products_section(iterations: int, repeats: int, key) -> list[dict]:
     ]
 
 
+# ------------------------------------------------------------------------------ (g) the bound over vmapped seeds
+
+
+def seeds_bound_section(seeds: int, iterations: int, repeats: int, key) -> list[dict]:
+    """PPO at PureJaxRL's config over `seeds` seeds vmapped in one program: the rollout against its limits (section
+    (a)'s cases, vmapped), jaxrl's minibatch step against its products (section (f), vmapped), and the arithmetic
+    bound they make: env steps/s if an iteration took only the faster of the env + policy-forward limit and jaxrl's
+    rollout, plus its minibatch steps' products."""
+    rollouts = [dict(r, section="g") for r in rollout_section(4, iterations, repeats, key, seeds)]
+    config = ppo.Config(**{**PUREJAXRL, "anneal_lr": False})
+    setup = ppo.setup(config)
+    state = ppo.init(setup, config, key)
+    batch = ppo_batch(config, setup, key)
+
+    def phase(train, key, batch):
+        def loss(params, minibatch):
+            return ppo.loss_fn(params, setup, config, minibatch)
+
+        return actor_critic.minibatch_updates(config, loss, *train, batch, key)[:2]
+
+    def seeds_phase(train, key, batch):
+        return jax.vmap(phase)(train, jax.random.split(key, seeds), batch)
+
+    steps = config.updates_per_iteration
+    train = stacked((state.params, state.opt_state), seeds)
+    name = f"jaxrl PPO minibatch step, {seeds} seeds vmapped"
+    step = against_products(name, seeds_phase, train, (stacked(batch, seeds),), iterations, steps, repeats, key)
+    fastest = max(r["steps_per_s"] for r in rollouts if r["case"] in ("env + policy forward", ROLLOUT_CASE))
+    env_steps = seeds * config.num_envs * config.num_steps  # per iteration
+    rollout_us = 1e6 * env_steps / fastest
+    bound_us = rollout_us + steps * step["products_us"]
+    step.update(
+        section="g",
+        seeds=seeds,
+        rollout_us=rollout_us,
+        bound_us_per_iteration=bound_us,
+        bound_steps_per_s=1e6 * env_steps / bound_us,
+    )
+    return rollouts + [step]
+
+
 def table(title: str | None, header: str, lines: list[str]) -> list[str]:
     """A markdown table under an optional `## title`, after a blank line."""
     heading = [f"## {title}"] if title else []
@@ -740,6 +802,25 @@ def markdown(rows: list[dict], record: dict) -> str:
                 for r in of("f")
             ],
         )
+    if of("g"):
+        rollouts, (step,) = [r for r in of("g") if "of_products" not in r], [r for r in of("g") if "of_products" in r]
+        out += table(
+            f"(g) PPO over {step['seeds']} seeds vmapped in one program (4 envs each): the rollout's limits, the "
+            "minibatch step against its products, and the bound they make",
+            "| case | env steps/s, all seeds | of the env + policy limit | ops |",
+            [
+                f"| {r['case']} | {r['steps_per_s']:,.0f} | {r['of_policy_forward_limit']:.2f} | {r['ops']} |"
+                for r in rollouts
+            ],
+        )
+        out += [
+            "",
+            f"The minibatch step of all {step['seeds']} seeds: {step['us_per_step']:.1f} us, its products alone "
+            f"{step['products_us']:.1f} us ({step['of_products']:.2f}x; {step['products']:.0f} products, "
+            f"{step['mflop']:.2f} MFLOP). The bound: the faster rollout, {step['rollout_us']:.0f} us per iteration, "
+            f"plus {step['products_us']:.1f} us of products per minibatch step is {step['bound_us_per_iteration']:.0f} "
+            f"us per iteration, at most {step['bound_steps_per_s']:,.0f} env steps/s.",
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -748,7 +829,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=RESULTS)
-    parser.add_argument("--sections", default="abcdef", help="which of the sections a-f to run (default: all)")
+    parser.add_argument("--sections", default="abcdefg", help="which of the sections a-g to run (default: all)")
     args = parser.parse_args(argv)
     scale = 0.2 if args.quick else 1.0
     key = jax.random.key(0)
@@ -766,6 +847,7 @@ def main(argv=None) -> None:
         "d": lambda: compile_section(key),
         "e": lambda: cuts_section(int(2000 * scale), args.repeats, key),
         "f": lambda: products_section(int(200 * scale), args.repeats, key),
+        "g": lambda: seeds_bound_section(8, int(100 * scale), args.repeats, key),
     }
     rows = [row for name in args.sections for row in sections[name]()]
     import subprocess

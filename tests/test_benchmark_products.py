@@ -155,3 +155,33 @@ def test_limits_times_a_step_between_two_floors_and_the_floor_sums_each_distinct
     assert row["of_products"] == pytest.approx(row["us_per_step"] / row["products_us"])
     assert (row["products"], row["distinct_products"]) == (1.5, 2)
     assert row["mflop"] == pytest.approx(2 * 4 * 5 * (5 + 5 + 7) / 2 / 1e6)
+
+
+def test_the_seeds_bound_adds_the_faster_rollout_to_each_minibatch_steps_products(monkeypatch):
+    from benchmarks import limits
+
+    rollouts = [
+        {"section": "a", "case": "env only (random actions)", "steps_per_s": 900_000.0},
+        {"section": "a", "case": "env + policy forward", "steps_per_s": 400_000.0},
+        {"section": "a", "case": limits.ROLLOUT_CASE, "steps_per_s": 500_000.0},  # faster than the limit: it counts
+    ]
+    seen = {}
+
+    def fake_rollouts(num_envs, iterations, repeats, key, seeds):
+        seen["rollout"] = (num_envs, seeds)
+        return [dict(r) for r in rollouts]
+
+    def fake_against(name, step, carry, inputs, calls, steps, repeats, key):
+        seen["leading"] = {x.shape[0] for x in jax.tree.leaves((carry, inputs))}
+        return {"section": "f", "case": name, "products_us": 100.0, "us_per_step": 150.0}
+
+    monkeypatch.setattr(limits, "rollout_section", fake_rollouts)
+    monkeypatch.setattr(limits, "against_products", fake_against)
+    rows = limits.seeds_bound_section(8, iterations=1, repeats=1, key=jax.random.key(0))
+    assert seen == {"rollout": (4, 8), "leading": {8}}  # every state and batch leaf stacked over the 8 seeds
+    assert [r["section"] for r in rows] == ["g"] * 4
+    bound = rows[-1]
+    env_steps = 8 * 4 * 128  # per iteration, all seeds
+    assert bound["rollout_us"] == pytest.approx(1e6 * env_steps / 500_000)
+    assert bound["bound_us_per_iteration"] == pytest.approx(bound["rollout_us"] + 16 * 100.0)  # 4 epochs x 4
+    assert bound["bound_steps_per_s"] == pytest.approx(1e6 * env_steps / bound["bound_us_per_iteration"])
