@@ -157,6 +157,7 @@ def test_limits_times_a_step_between_two_floors_and_the_floor_sums_each_distinct
     assert row["mflop"] == pytest.approx(2 * 4 * 5 * (5 + 5 + 7) / 2 / 1e6)
 
 
+@pytest.mark.slow  # builds PPO's state and batch (4 s)
 def test_the_seeds_bound_adds_the_faster_rollout_to_each_minibatch_steps_products(monkeypatch):
     from benchmarks import limits
 
