@@ -610,20 +610,26 @@ def against_products(name: str, step, carry, inputs: tuple, calls: int, steps: i
     }
 
 
-def products_section(iterations: int, repeats: int, key) -> list[dict]:
-    """PPO's minibatch step and DQN's gradient step, jaxrl's and the plain ones, against their products alone."""
+def ppo_update_phase(key):
+    """(config, setup, state, batch, phase) of PPO at PureJaxRL's config (lr not annealed): `phase(train, key,
+    batch) -> (params, opt_state)` is one iteration's minibatch steps (`actor_critic.minibatch_updates` of
+    `ppo.loss_fn`) from `train` = (params, opt_state) on a `ppo_batch`."""
     config = ppo.Config(**{**PUREJAXRL, "anneal_lr": False})
     setup = ppo.setup(config)
-    state = ppo.init(setup, config, key)
-    batch = ppo_batch(config, setup, key)
-    n, steps = config.num_envs * config.num_steps, config.updates_per_iteration
 
-    def jaxrl_phase(train, key, batch):
+    def phase(train, key, batch):
         def loss(params, minibatch):
             return ppo.loss_fn(params, setup, config, minibatch)
 
         return actor_critic.minibatch_updates(config, loss, *train, batch, key)[:2]
 
+    return config, setup, ppo.init(setup, config, key), ppo_batch(config, setup, key), phase
+
+
+def products_section(iterations: int, repeats: int, key) -> list[dict]:
+    """PPO's minibatch step and DQN's gradient step, jaxrl's and the plain ones, against their products alone."""
+    config, setup, state, batch, jaxrl_phase = ppo_update_phase(key)
+    n, steps = config.num_envs * config.num_steps, config.updates_per_iteration
     spec = setup.env.spec
     network, optimizer, plain_updates_of = plain_updates(config, n, spec.observation_shape[0], spec.action_dim)
     plain_params = network.init(key, batch["obs"][0])
@@ -694,16 +700,7 @@ def seeds_bound_section(seeds: int, iterations: int, repeats: int, key) -> list[
     bound they make: env steps/s if an iteration took only the faster of the env + policy-forward limit and jaxrl's
     rollout, plus its minibatch steps' products."""
     rollouts = [dict(r, section="g") for r in rollout_section(4, iterations, repeats, key, seeds)]
-    config = ppo.Config(**{**PUREJAXRL, "anneal_lr": False})
-    setup = ppo.setup(config)
-    state = ppo.init(setup, config, key)
-    batch = ppo_batch(config, setup, key)
-
-    def phase(train, key, batch):
-        def loss(params, minibatch):
-            return ppo.loss_fn(params, setup, config, minibatch)
-
-        return actor_critic.minibatch_updates(config, loss, *train, batch, key)[:2]
+    config, _, state, batch, phase = ppo_update_phase(key)
 
     def seeds_phase(train, key, batch):
         return jax.vmap(phase)(train, jax.random.split(key, seeds), batch)
