@@ -346,6 +346,7 @@ def throughput() -> str:
             ],
         )
         + notes("throughput")
+        + accelerators()
         + "\n## Seeds and sweeps over devices\n\nScript: `python -m benchmarks.sweep_throughput`.\n\n"
         + machine(sw)
         + f"\nConfig: `{json.dumps(sw['config'])}`.\n\n"
@@ -393,6 +394,42 @@ def throughput() -> str:
         )
         + notes("suites")
     )
+
+
+def accelerators() -> str:
+    """The accelerator runs of `benchmarks.gpu` (benchmarks/results/gpu_<device>.json; CPU smoke runs excluded)."""
+    text = (
+        "\n### Accelerators\n\n`python -m benchmarks.gpu` trains PPO on CartPole-v1 with 2048 and 8192 envs x 64 "
+        "steps, 8 iterations of 4 epochs x 4 minibatches, 1, 8 and 32 vmapped seeds; `scripts/accelerator.sh` runs "
+        "it with the scaling benchmark over 1, 2, 4 and 8 devices where present. Run seconds are the faster of two "
+        "calls; temporary memory is the compiled program's (`compiled.memory_analysis()`).\n"
+    )
+    runs = sorted(p for p in RESULTS.glob("gpu_*.json") if not p.name.startswith("gpu_cpu"))
+    if not runs:
+        return text + "\nNo accelerator figures have been recorded yet.\n"
+    for path in runs:
+        data = json.loads(path.read_text())
+        device = data["device"]
+        host = data["machine"]
+        text += (
+            f"\nMeasured: {data['date'][:16].replace('T', ' ')}; {device['device_kind']} ({device['platform']}, "
+            f"{device['device_count']} device{'s' if device['device_count'] > 1 else ''}), host {host['processor']} "
+            f"with {host['cpu_count']} CPUs; jax {host['jax']}.\n\n"
+            + table(
+                data["results"],
+                [
+                    ("num_envs", lambda r: r["num_envs"]),
+                    ("seeds", lambda r: r["seeds"]),
+                    ("env steps", lambda r: num(r["steps"])),
+                    ("compile s", lambda r: num(r["compile_s"])),
+                    ("run s", lambda r: num(r["run_s"], 3)),
+                    ("env steps/s", lambda r: num(r["steps_per_s"])),
+                    ("final return", lambda r: num(r["final_return"])),
+                    ("temp MiB", lambda r: num((r.get("program_memory_bytes") or {}).get("temp", 0) / 2**20)),
+                ],
+            )
+        )
+    return text
 
 
 def peers() -> str:
@@ -536,8 +573,50 @@ def memory() -> str:
         "plays the greedy policy on 64 fresh episodes per seed (`python -m benchmarks.memory_cores --algo "
         "ppo|pqn --env ID`); the training return is the mean episode return of the last 10% of iterations (not "
         "recorded for the older rows). Seconds are comparable only between rows at a similar load. "
-        "Which core to pick: [Algorithms](../algorithms/index.md).\n\n" + machine(data) + "\n" + body
+        "Which core to pick: [Algorithms](../algorithms/index.md).\n\n"
+        + machine(data)
+        + "\n"
+        + body
         + notes("memory")
+        + craftax_1m()
+    )
+
+
+def percent_ci(r: dict) -> str:
+    low, high = r["percent_of_max_interval_95"]
+    return f"{r['percent_of_max_mean']:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def craftax_1m() -> str:
+    """Craftax-1M (`benchmarks.craftax_1m`): PPO with the MLP and a core on Craftax-Symbolic for 1e6 steps."""
+    data = load("craftax_1m")
+    body = table(
+        data["rows"],
+        [
+            ("network", lambda r: "MLP 3 x 512" if r["core"] == "none" else f"512 -> {r['core']} {r['core_size']}"),
+            ("envs x steps", lambda r: f"{r['num_envs']} x {r['num_steps']}"),
+            ("iterations", lambda r: r["iterations"]),
+            ("seeds", lambda r: r["seeds"]),
+            ("% of largest return [95% CI]", lambda r: percent_ci(r)),
+            ("% per seed", lambda r: " ".join(f"{v:.2f}" for v in r["percent_of_max_per_seed"])),
+            ("compile s", lambda r: num(r["compile_s"])),
+            ("run s", lambda r: num(r["run_s"])),
+            ("env steps/s, all seeds", lambda r: num(r["env_steps_per_s"])),
+        ],
+    )
+    board = ", ".join(f"{name} {value}%" for name, value in data["scoreboard_percent_of_max"].items())
+    return (
+        "\n## Craftax-1M\n\nPPO on `craftax:Craftax-Symbolic-v1` for 1e6 env steps per seed, 4 seeds vmapped in one "
+        "program, at Craftax's own PPO baseline settings (lr 2e-4 annealed, 4 epochs x 8 minibatches, GAE lambda "
+        "0.8, tanh, 512 units), with the baseline's 1024 envs and with 256 (four times the updates). The score is "
+        "the return of the episodes that ended in the last 10% of iterations as a percentage of the largest return "
+        f"(226), as on Craftax's scoreboard ({board} at 1e6 steps); intervals are 95% bootstrap intervals over "
+        "seeds (`python -m benchmarks.craftax_1m [--num-envs 256]`).\n\n"
+        + f"Device: {data['device']}; jax {data['machine']['jax']}.\n\n"
+        + body
+        + "\n"
+        + image("craftax_1m.png", "Craftax-1M learning curves")
+        + notes("craftax_1m")
     )
 
 
