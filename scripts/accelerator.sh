@@ -13,9 +13,9 @@
 # WHEELHOUSE set, no virtual environment active and `python3` importing jax, that Python is used as it is, the
 # wheelhouse's wheels are added to it (`pip install --no-index --no-deps`; no package it has is replaced) and
 # jaxrl runs from this checkout. Before anything is timed it checks that JAX's backend is the accelerator the
-# machine has, and stops with a one-line reason when it is not (ALLOW_CPU=1 benchmarks the CPU instead). Every compiled program's
-# memory (`compiled.memory_analysis()`) is printed and stored. Results: benchmarks/results/gpu_<device kind>.json
-# and .md, and benchmarks/results/scaling_<backend>.json and .md.
+# machine has, and stops with a one-line reason when it is not (ALLOW_CPU=1 benchmarks the CPU instead). Every
+# compiled program's memory (`compiled.memory_analysis()`) is printed and stored. Results:
+# benchmarks/results/gpu_<device kind>.json and .md, and benchmarks/results/scaling_<backend>.json and .md.
 set -euo pipefail
 started=$SECONDS
 . "$(dirname "$0")/lib.sh"
