@@ -58,6 +58,9 @@ def runs_of(args, first: str) -> list[tuple[str, str, dict]]:
         jaxrl = [(name, "jaxrl", {"case": name, "repeats": args.repeats})]
         if args.devices > 1 and CASES[name][0] == "ppo":
             jaxrl.append((f"{name} on {args.devices} devices", "jaxrl", {**jaxrl[0][2], "devices": args.devices}))
+        if args.cpu_threads:
+            label = f"{name}, {args.cpu_threads} CPU thread{'s' if args.cpu_threads > 1 else ''}"
+            jaxrl.append((label, "jaxrl", {**jaxrl[0][2], "cpu_threads": args.cpu_threads}))
         peer = [(name, "purejaxrl", {"case": name, "repeats": args.repeats, "source": str(args.source)})]
         rows += jaxrl + peer if first == "jaxrl" else peer + jaxrl
     return rows
@@ -176,6 +179,9 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2, help="calls of each compiled program; the best counts")
     parser.add_argument("--devices", type=int, default=1, help="also run jaxrl's PPO cases on this many devices")
+    parser.add_argument(
+        "--cpu-threads", type=int, default=None, help="also run jaxrl's cases with a CPU thread pool of N threads"
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per worker")
     parser.add_argument("--xla-phases", action="store_true", help="split each XLA compile into its phases (CPU)")
     parser.add_argument("--out", type=Path, default=RESULTS / "purejaxrl")

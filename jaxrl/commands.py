@@ -30,13 +30,18 @@ def config_from_args(config_cls, args: argparse.Namespace):
 
 def start_jax(args, what: str) -> None:
     """Joins the processes of a multi-process command (--cpu-cores CPU devices each, default one), or makes
-    --cpu-cores CPU devices (default: one per core this process may use), before JAX initialises its backend;
-    turns on the compilation cache unless --compile-cache none."""
+    --cpu-cores CPU devices (default: one per core this process may use), before JAX initialises its backend,
+    with a CPU thread pool of --cpu-threads threads when given; turns on the compilation cache unless
+    --compile-cache none."""
     from jaxrl.sweep.devices import default_cpu_cores, start_processes
 
     single = args.coordinator is None and args.num_processes == 1  # processes that share a host share its cores
     cores = args.cpu_cores if args.cpu_cores is not None or not single else default_cpu_cores()
     start_processes(args.coordinator, args.num_processes, args.process_id, cores, what)
+    if getattr(args, "cpu_threads", None) is not None:
+        from jaxrl.sweep.devices import use_cpu_threads
+
+        use_cpu_threads(args.cpu_threads)
     if args.compile_cache.lower() != "none":
         from jaxrl.run.compile import enable_compilation_cache
 

@@ -1,6 +1,7 @@
 """jaxrl side of `benchmarks.purejaxrl`: `python jaxrl_at_purejaxrl_worker.py '<spec json>'` prints JSON.
 
-spec: {"case": a name of `purejaxrl_cases.CASES`, "repeats": int, "devices": int (optional, default the case's)}
+spec: {"case": a name of `purejaxrl_cases.CASES`, "repeats": int, "devices": int (optional, default the case's),
+"cpu_threads": int (optional: `jaxrl.sweep.devices.use_cpu_threads`)}
 The case's config as jaxrl Config fields (PPO: `ppo.Config`; DQN: `dqn.Config` with PureJaxRL's 120-84 relu
 network, no gradient clipping, target copy and learning start in jaxrl's units); timing: `benchmarks.common.measure`
 of `jax.jit(make_train(config, devices))` for one seed (data-parallel over `devices`), `jax.jit(jax.vmap(make_train(
@@ -46,6 +47,10 @@ def jaxrl_config(algo: str, c: dict):
 
 
 def run(spec: dict) -> dict:
+    if spec.get("cpu_threads"):  # before JAX starts its backend
+        from jaxrl.sweep.devices import use_cpu_threads
+
+        use_cpu_threads(spec["cpu_threads"])
     import jax
 
     from jaxrl.algos import base
