@@ -347,6 +347,7 @@ def throughput() -> str:
         )
         + notes("throughput")
         + accelerators()
+        + cpu_threads()
         + "\n## Seeds and sweeps over devices\n\nScript: `python -m benchmarks.sweep_throughput`.\n\n"
         + machine(sw)
         + f"\nConfig: `{json.dumps(sw['config'])}`.\n\n"
@@ -394,6 +395,37 @@ def throughput() -> str:
         )
         + notes("suites")
     )
+
+
+def cpu_threads() -> str:
+    """One CPU thread against XLA's default pool (`benchmarks.cpu_threads`), by case."""
+    runs = sorted(RESULTS.glob("cpu_threads*.json"))
+    text = (
+        "\n## One CPU thread\n\nScript: `python -m benchmarks.cpu_threads`: each case in a fresh process, "
+        "XLA's CPU thread pool of one thread (`--cpu-threads 1`) against its default of one per core, alternated "
+        "(ABBA); ratios are one thread over the default in the same round. dqn is PureJaxRL's CartPole config; "
+        "ppo_N is PPO on CartPole-v1 with N envs x 128 steps, 4 epochs x 4 minibatches; ppo_minatar_16 is PPO on "
+        "Breakout-MinAtar with the convolutional torso, 16 envs x 128 steps.\n"
+    )
+    for path in runs:
+        data = json.loads(path.read_text())
+        text += (
+            "\n"
+            + machine(data)
+            + "\n"
+            + table(
+                data["table"],
+                [
+                    ("case", lambda r: r["case"]),
+                    ("default env steps/s", lambda r: " - ".join(num(x) for x in sorted(r["default_steps_per_s"]))),
+                    ("one thread", lambda r: " - ".join(num(x) for x in sorted(r["one_thread_steps_per_s"]))),
+                    ("ratio per round", lambda r: ", ".join(num(x, 2) for x in r["ratios"])),
+                    ("median", lambda r: num(r["ratio_median"], 2)),
+                    ("compile ratio", lambda r: num(r["compile_ratio_median"], 2)),
+                ],
+            )
+        )
+    return text + notes("cpu_threads")
 
 
 def accelerators() -> str:

@@ -61,3 +61,56 @@ def test_refused_once_the_backend_is_up_and_for_a_bad_count():
 def test_the_command_line_takes_cpu_threads(command):
     assert cli.build_parser().parse_args([command, "dqn", "--cpu-threads", "1"]).cpu_threads == 1
     assert cli.build_parser().parse_args([command, "dqn"]).cpu_threads is None
+
+
+def test_the_benchmark_pairs_each_one_thread_run_with_the_default_of_its_round():
+    from benchmarks import cpu_threads
+
+    def run(pool, round_index, steps_per_s, compile_s=2.0):
+        return {"case": "dqn", "pool": pool, "round": round_index, "steps_per_s": steps_per_s, "compile_s": compile_s}
+
+    results = [
+        run("default", 0, 100.0),
+        run("1 thread", 0, 130.0),
+        run("1 thread", 1, 90.0, 3.0),
+        run("default", 1, 60.0),
+    ]
+    (row,) = cpu_threads.table(results)
+    assert row["ratios"] == pytest.approx([1.3, 1.5])
+    assert row["ratio_median"] == pytest.approx(1.4)
+    assert row["compile_ratio_median"] == pytest.approx(1.25)  # 1.0 and 1.5
+    for case in cpu_threads.CASES:  # a call is several iterations, not one
+        config = cpu_threads.config_of(case)
+        assert config.num_iterations >= 4
+
+
+TRAIN = """
+import hashlib, sys
+import numpy as np
+from jaxrl.sweep.devices import use_cpu_threads
+if sys.argv[1] != "default":
+    use_cpu_threads(int(sys.argv[1]))
+import jax
+from jaxrl.algos import dqn, ppo
+digests = []
+small_dqn = dqn.Config(num_envs=10, num_steps=1, hidden_sizes=(120, 84), activation="relu", total_timesteps=2000)
+for module, config in ((ppo, ppo.Config(num_envs=16, total_timesteps=4096)), (dqn, small_dqn)):
+    state, _ = jax.jit(module.make_train(config))(jax.random.key(0))
+    leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(state.params)]
+    digests.append(hashlib.sha256(b"".join(leaf.tobytes() for leaf in leaves)).hexdigest())
+print(" ".join(digests))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CORES < 2, reason="needs two or more cores")
+def test_one_thread_trains_small_runs_bit_for_bit_as_the_default_pool():
+    """PPO at 16 envs and DQN at PureJaxRL's 10 envs and 120-84 network: no product there is split over threads
+    (a large one may be, and then the last bits differ)."""
+
+    def digests(threads):
+        done = subprocess.run([sys.executable, "-c", TRAIN, threads], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert digests("1") == digests("default")

@@ -34,7 +34,14 @@ points' results handed on after each), `gather` (the cross-process gather),
 `summary` (per config: the final return over seeds with its bootstrap interval; the files of a sweep folder).
 """
 
-from jaxrl.sweep.devices import AXIS, backend_initialized, batch_mesh, initialize_distributed, use_cpu_cores
+from jaxrl.sweep.devices import (
+    AXIS,
+    backend_initialized,
+    batch_mesh,
+    initialize_distributed,
+    use_cpu_cores,
+    use_cpu_threads,
+)
 from jaxrl.sweep.program import Results, batch_inputs, compile_program, make_program, run, unbatch
 from jaxrl.sweep.space import Sweep, from_points, grid, random
 
@@ -56,4 +63,5 @@ __all__ = [
     "run",
     "unbatch",
     "use_cpu_cores",
+    "use_cpu_threads",
 ]
