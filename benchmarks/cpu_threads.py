@@ -8,8 +8,9 @@ default pool. The pools alternate within a case, forward in even rounds and back
 figure is the best of `--repeats` calls of the compiled program (`benchmarks.common.measure`), and each ratio is
 one thread over the default in the same round. Cases: DQN at PureJaxRL's CartPole config (10 envs, one update of
 128 per iteration) and PPO on CartPole-v1 with 4 to 2048 envs (128 steps, 4 epochs x 4 minibatches; ppo_4 is
-PureJaxRL's config), and PPO on Breakout-MinAtar with the convolutional torso at 16 envs (ppo_minatar_16; not in
-the default set of cases). Output: a table, and `benchmarks/results/cpu_threads[_TAG].{json,md}`.
+PureJaxRL's config). Named only: PPO on Breakout-MinAtar with the convolutional torso at 16 envs (ppo_minatar_16),
+and PPO, DQN and SAC at their own defaults (ppo_defaults, dqn_defaults, sac_defaults). Output: a table, and
+`benchmarks/results/cpu_threads[_TAG].{json,md}`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 PPO_ENVS = (4, 16, 64, 256, 2048)
-CASES = ("dqn", *(f"ppo_{n}" for n in PPO_ENVS), "ppo_minatar_16")
+CASES = ("dqn", *(f"ppo_{n}" for n in PPO_ENVS))
+MORE = ("ppo_minatar_16", "ppo_defaults", "dqn_defaults", "sac_defaults")  # not run unless named
 POOLS = ("default", "1 thread")
 
 
@@ -34,6 +36,11 @@ def config_of(case: str):
 
     if case == "dqn":
         return dqn.Config(**{**DQN_CONFIG, "total_timesteps": 50_000})
+    if case.endswith("_defaults"):  # an algorithm's own defaults, as `jaxrl train ALGO` runs it
+        from jaxrl.algos import ALGORITHMS
+
+        algo = case.removesuffix("_defaults")
+        return ALGORITHMS[algo].Config(total_timesteps={"ppo": 409_600, "dqn": 50_000, "sac": 20_000}[algo])
     if case == "ppo_minatar_16":  # a convolutional torso
         return ppo.Config(
             env="Breakout-MinAtar", torso="cnn", num_envs=16, num_steps=128, total_timesteps=16 * 128 * 12
@@ -120,7 +127,7 @@ def markdown(record: dict) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", nargs="+", default=list(CASES[:-1]), choices=list(CASES))
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES + MORE))
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--tag", default=None, help="results file suffix (the machine)")

@@ -148,7 +148,9 @@ TRAIN_FLAGS = [
         " may use another count)")),
     ("--cpu-cores", dict(type=_number, default=None, help="make N XLA CPU devices (default: one per core this process"
         " may use; one per process of a multi-process run)")),
-    CPU_THREADS_FLAG,
+    ("--cpu-threads", dict(type=_number, default=None, help="XLA's CPU thread pool of N threads (default: 1 for a"
+        " small run on one device: an MLP of at most 128 units a layer, no image torso or core, at most 32 envs over"
+        " all seeds; else one per core)")),
     *PROCESS_FLAGS,
     ("--eval-every", dict(type=_number, default=None, metavar="K", help="evaluate the deterministic policy inside"
         " every K-th compiled chunk and the last (0, the default: never)")),

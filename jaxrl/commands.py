@@ -63,6 +63,12 @@ def train_command(args) -> int:
     from jaxrl.run import folder, hosts, loop, report
 
     module = ALGORITHMS[args.algo]
+    alone = args.coordinator is None and args.num_processes == 1
+    if args.cpu_threads is None and alone and not args.resume and args.devices in (None, "auto", 1):
+        from jaxrl.sweep.devices import auto_cpu_threads
+
+        seeds = args.seeds if args.seeds is not None else folder.RUN_DEFAULTS["seeds"]
+        args.cpu_threads = auto_cpu_threads(config_from_args(module.Config, args), seeds)
     start_jax(args, "training")
     hosts.check_backend()
     import jax

@@ -405,7 +405,8 @@ def cpu_threads() -> str:
         "XLA's CPU thread pool of one thread (`--cpu-threads 1`) against its default of one per core, alternated "
         "(ABBA); ratios are one thread over the default in the same round. dqn is PureJaxRL's CartPole config; "
         "ppo_N is PPO on CartPole-v1 with N envs x 128 steps, 4 epochs x 4 minibatches; ppo_minatar_16 is PPO on "
-        "Breakout-MinAtar with the convolutional torso, 16 envs x 128 steps.\n"
+        "Breakout-MinAtar with the convolutional torso, 16 envs x 128 steps; ALGO_defaults is the algorithm at its "
+        "own defaults, as `jaxrl train ALGO` runs it.\n"
     )
     for path in runs:
         data = json.loads(path.read_text())

@@ -79,7 +79,7 @@ def test_the_benchmark_pairs_each_one_thread_run_with_the_default_of_its_round()
     assert row["ratios"] == pytest.approx([1.3, 1.5])
     assert row["ratio_median"] == pytest.approx(1.4)
     assert row["compile_ratio_median"] == pytest.approx(1.25)  # 1.0 and 1.5
-    for case in cpu_threads.CASES:  # a call is several iterations, not one
+    for case in cpu_threads.CASES + cpu_threads.MORE:  # a call is several iterations, not one
         config = cpu_threads.config_of(case)
         assert config.num_iterations >= 4
 
@@ -114,3 +114,51 @@ def test_one_thread_trains_small_runs_bit_for_bit_as_the_default_pool():
         return done.stdout.split()
 
     assert digests("1") == digests("default")
+
+
+@pytest.mark.parametrize(
+    ("algo", "changes", "seeds", "threads"),
+    [
+        ("ppo", {}, 1, 1),  # 16 envs, 64-64
+        ("dqn", {}, 1, 1),  # 10 envs, 128-128
+        ("ppo", {}, 2, 1),  # 32 envs over the seeds
+        ("ppo", {}, 4, None),
+        ("ppo", {"num_envs": 64}, 1, None),
+        ("ppo", {"hidden_sizes": (256, 256)}, 1, None),
+        ("ppo", {"env": "Breakout-MinAtar", "torso": "cnn"}, 1, None),
+        ("ppo", {"core": "gru"}, 1, None),
+    ],
+)
+def test_train_takes_one_thread_for_a_small_mlp_run_only(algo, changes, seeds, threads):
+    from jaxrl.algos import ALGORITHMS
+    from jaxrl.sweep.devices import auto_cpu_threads
+
+    assert auto_cpu_threads(ALGORITHMS[algo].Config(**changes), seeds) == threads
+
+
+class Started(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("argv", "threads"),
+    [
+        (["train", "ppo"], 1),
+        (["train", "ppo", "--num-envs", "256"], None),
+        (["train", "ppo", "--cpu-threads", "2"], 2),  # given: kept
+        (["train", "ppo", "--devices", "2"], None),  # several devices: XLA's pool
+    ],
+)
+def test_the_train_command_chooses_the_pool_before_jax_starts(monkeypatch, argv, threads):
+    from jaxrl import commands
+
+    seen = {}
+
+    def start_jax(args, what):
+        seen["threads"] = args.cpu_threads
+        raise Started
+
+    monkeypatch.setattr(commands, "start_jax", start_jax)
+    with pytest.raises(Started):
+        commands.train_command(cli.build_parser().parse_args(argv))
+    assert seen["threads"] == threads

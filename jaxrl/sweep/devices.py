@@ -98,6 +98,24 @@ def use_cpu_threads(n: int) -> int:
     return n
 
 
+SMALL_RUN_ENVS = 32  # seeds x num_envs of a run small enough for one CPU thread
+SMALL_RUN_UNITS = 128  # the widest MLP layer of such a run
+
+
+def auto_cpu_threads(config, seeds: int) -> int | None:
+    """The CPU thread pool `jaxrl train` starts a run with: 1 for a small run (an MLP torso without a memory
+    core, at most `SMALL_RUN_UNITS` units a layer, at most `SMALL_RUN_ENVS` envs over all seeds), which hands its
+    small operations between threads at a loss (`use_cpu_threads`); None, XLA's default of one thread per core,
+    for any other (image torsos, cores, larger batches)."""
+    small = (
+        getattr(config, "torso", "mlp") == "mlp"
+        and getattr(config, "core", "none") in (None, "none")
+        and max(getattr(config, "hidden_sizes", ()) or (0,)) <= SMALL_RUN_UNITS
+        and seeds * config.num_envs <= SMALL_RUN_ENVS
+    )
+    return 1 if small else None
+
+
 def initialize_distributed(
     coordinator: str, num_processes: int, process_id: int, cpu_cores: int | None = None, timeout_s: int = 300
 ) -> None:
