@@ -39,9 +39,10 @@ def start_jax(args, what: str) -> None:
     cores = args.cpu_cores if args.cpu_cores is not None or not single else default_cpu_cores()
     start_processes(args.coordinator, args.num_processes, args.process_id, cores, what)
     if getattr(args, "cpu_threads", None) is not None:
+        from jaxrl.run.hosts import check_backend
         from jaxrl.sweep.devices import use_cpu_threads
 
-        use_cpu_threads(args.cpu_threads)
+        use_cpu_threads(args.cpu_threads, start=check_backend)
     if args.compile_cache.lower() != "none":
         from jaxrl.run.compile import enable_compilation_cache
 
@@ -61,12 +62,12 @@ def train_command(args) -> int:
     from jaxrl.algos import ALGORITHMS
     from jaxrl.algos.base import to_dict
     from jaxrl.run import folder, hosts, loop, report
+    from jaxrl.sweep.devices import auto_cpu_threads, backend_initialized
 
     module = ALGORITHMS[args.algo]
     alone = args.coordinator is None and args.num_processes == 1
-    if args.cpu_threads is None and alone and not args.resume and args.devices in (None, "auto", 1):
-        from jaxrl.sweep.devices import auto_cpu_threads
-
+    chosen = args.cpu_threads is not None or backend_initialized()  # in-process after JAX started: its pool stays
+    if not chosen and alone and not args.resume and args.devices in (None, "auto", 1):
         seeds = args.seeds if args.seeds is not None else folder.RUN_DEFAULTS["seeds"]
         args.cpu_threads = auto_cpu_threads(config_from_args(module.Config, args), seeds)
     start_jax(args, "training")

@@ -151,8 +151,10 @@ class Started(Exception):
 )
 def test_the_train_command_chooses_the_pool_before_jax_starts(monkeypatch, argv, threads):
     from jaxrl import commands
+    from jaxrl.sweep import devices
 
     seen = {}
+    monkeypatch.setattr(devices, "backend_initialized", lambda: False)  # as in a fresh `jaxrl` process
 
     def start_jax(args, what):
         seen["threads"] = args.cpu_threads
@@ -162,3 +164,21 @@ def test_the_train_command_chooses_the_pool_before_jax_starts(monkeypatch, argv,
     with pytest.raises(Started):
         commands.train_command(cli.build_parser().parse_args(argv))
     assert seen["threads"] == threads
+
+
+def test_in_process_after_jax_started_the_train_command_keeps_the_pool(monkeypatch):
+    from jaxrl import commands
+
+    seen = {}
+
+    def start_jax(args, what):
+        seen["threads"] = args.cpu_threads
+        raise Started
+
+    monkeypatch.setattr(commands, "start_jax", start_jax)
+    import jax
+
+    jax.numpy.ones(1).block_until_ready()  # JAX is up in this process
+    with pytest.raises(Started):
+        commands.train_command(cli.build_parser().parse_args(["train", "ppo"]))
+    assert seen["threads"] is None

@@ -68,13 +68,14 @@ def use_cpu_cores(n: int | None = None, *, reset: bool = False) -> int:
     return n
 
 
-def use_cpu_threads(n: int) -> int:
+def use_cpu_threads(n: int, start=None) -> int:
     """Starts JAX's CPU backend with an intra-op thread pool of `n` threads (at most the cores this process may
     use: XLA sizes the pool from the cores the starting thread may run on, and keeps that size), then lets every
     thread of the process run on all those cores again. Small programs (DQN at 10 envs and batches of 128: a
     few hundred small operations an iteration) run faster on one thread than handed between two; large
     batches want every core. Call it before any JAX operation, after `use_cpu_cores` if both; RuntimeError
-    once the backend is up. Returns n.
+    once the backend is up. `start()` starts the backend (default `jax.devices`; the commands pass
+    `jaxrl.run.hosts.check_backend`, which words an unavailable backend in one line). Returns n.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"use_cpu_threads: n={n!r}, need a positive integer.")
@@ -88,7 +89,7 @@ def use_cpu_threads(n: int) -> int:
     everything = os.sched_getaffinity(0)
     os.sched_setaffinity(0, set(sorted(everything)[:n]))
     try:
-        jax.devices()  # the backend starts here, sizing its pools from the affinity above
+        (start or jax.devices)()  # the backend starts here, sizing its pools from the affinity above
     finally:
         for thread in os.listdir("/proc/self/task"):
             try:
