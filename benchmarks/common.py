@@ -161,6 +161,15 @@ def machine() -> dict:
     }
 
 
+def merge_rows(path: str | Path, rows: list[dict], key) -> list[dict]:
+    """The rows of the results JSON at `path` (if any) with `rows` replacing those of the same `key(row)`, in
+    first-seen order; rows of new keys last."""
+    path = Path(path)
+    old = json.loads(path.read_text())["rows"] if path.exists() else []
+    new = {key(r): r for r in rows}
+    return [new.pop(key(r), r) for r in old] + list(new.values())
+
+
 def _jsonable(value):
     if isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "__array__"):
         return np.asarray(value).tolist()

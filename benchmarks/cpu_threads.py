@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -136,8 +137,6 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(worker(*args.worker, args.repeats)))
         return
-    import os
-
     from benchmarks.common import machine, write_json
 
     load_before = [round(x, 2) for x in os.getloadavg()]

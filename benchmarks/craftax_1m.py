@@ -31,7 +31,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from benchmarks.common import binned_curve, env_steps, machine, measure, program_memory, write_json
+from benchmarks.common import binned_curve, env_steps, machine, measure, merge_rows, program_memory, write_json
 from jaxrl import scores
 from jaxrl.algos import ppo
 from jaxrl.run.report import final_return
@@ -132,9 +132,7 @@ def key(r: dict) -> tuple:
 
 def merge(path: Path, rows: list[dict]) -> list[dict]:
     """The rows at `path` (if any) with `rows` replacing those of the same `key`, in first-seen order."""
-    old = json.loads(path.read_text())["rows"] if path.exists() else []
-    new = {key(r): r for r in rows}
-    return [new.pop(key(r), r) for r in old] + list(new.values())
+    return merge_rows(path, rows, key)
 
 
 def plot(record: dict, path: Path) -> None:

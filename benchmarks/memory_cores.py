@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 from pathlib import Path
 
 import jax
 import numpy as np
 
-from benchmarks.common import machine, measure, write_json
+from benchmarks.common import machine, measure, merge_rows, write_json
 from jaxrl import presets
 from jaxrl.algos import ALGORITHMS, base
 from jaxrl.run.evaluate import evaluate
@@ -114,10 +113,7 @@ def key(r: dict) -> tuple:
 
 def merge(path: Path, rows: list[dict]) -> dict:
     """The record at `path` (if any) with `rows` replacing those of the same `key`, in first-seen order."""
-    old = json.loads(path.read_text())["rows"] if path.exists() else []
-    new = {key(r): r for r in rows}
-    merged = [new.pop(key(r), r) for r in old] + list(new.values())
-    return {"machine": machine(), "rows": merged}
+    return {"machine": machine(), "rows": merge_rows(path, rows, key)}
 
 
 def main(argv=None):
