@@ -78,6 +78,7 @@ def test_ppo_surrogate_gradient_at_ratio_one_is_the_importance_weighted_policy_g
     assert max(float(jnp.abs(x).max()) for x in jax.tree.leaves(score)) > 1e-3
 
 
+@pytest.mark.slow
 def test_n_step_to_the_window_end_equals_gae_with_lambda_one():
     keys = jax.random.split(jax.random.key(0), 4)
     shape = (6, 3)

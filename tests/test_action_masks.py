@@ -113,6 +113,7 @@ def test_masked_categorical_matches_numpy():
     assert_valid(jnp.broadcast_to(obs, (500, *obs.shape)), samples)
 
 
+@pytest.mark.slow
 def test_masked_q_values_greedy_max_and_epsilon_greedy_match_numpy():
     """QNetwork's masked values: argmax and max over the valid actions only (the greedy choice and PQN's
     bootstrap max); epsilon-greedy probabilities epsilon / #valid on the valid actions + (1 - epsilon) greedy."""
@@ -137,6 +138,7 @@ def test_unmasked_epsilon_greedy_is_uniform_over_all_actions():
     np.testing.assert_allclose(np.asarray(epsilon_greedy(q, 0.3).probs), [[0.1, 0.1 + 0.7, 0.1]], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_observation_normalisation_keeps_the_mask_raw():
     env = envs.make(ENV_ID, 8, normalize_observations=True)
     raw_env = envs.make(ENV_ID, 8)

@@ -215,6 +215,7 @@ def test_lstm_has_the_flax_cell_parameters_and_a_forget_bias_of_one():
         np.testing.assert_array_equal(params["h" + gate]["bias"], 0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(REFERENCES))
 def test_core_matches_the_step_by_step_reference(kind):
     core = make_core(kind, H)
@@ -234,6 +235,7 @@ def test_core_matches_the_step_by_step_reference(kind):
     np.testing.assert_allclose(y_zero[:, 1], y_ref[:, 1], rtol=1e-5, atol=1e-5)  # env 1 starts at t = 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [k for k in CORES if k != "none"])
 def test_one_step_calls_chain_to_the_sequence_call(kind):
     """The rollout's T = 1 calls, chained, give the learner's sequence call: the same function."""

@@ -35,6 +35,7 @@ def probe(threads: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CORES < 2 or not os.path.isdir("/proc/self/task"), reason="needs Linux and two or more cores")
 def test_the_pool_has_n_threads_and_every_thread_all_the_cores():
     default, one = probe("default"), probe("1")

@@ -236,6 +236,7 @@ def test_budgets_are_lowered():
     assert not block.trains and not Block(README, 1, "sh", "jaxrl train dqn --help\n", None, None).trains
 
 
+@pytest.mark.slow
 def test_quick_blocks_run(tmp_path):
     """Every page's blocks that do not train, in document order (with its file blocks), in one process."""
     pages = {}

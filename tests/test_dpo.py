@@ -115,6 +115,7 @@ def hand_built_group():
     return rewards, mask, log_prob, ref_log_prob
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", estimators.PAIR_MODES)
 def test_dpo_loss_and_gradient_match_numpy_on_a_hand_built_group(mode):
     rewards, mask, log_prob, ref_log_prob = hand_built_group()

@@ -106,6 +106,7 @@ def test_bad_config_raises_naming_the_field(overrides, field):
         dqn.make_train(dataclasses.replace(dqn.Config(), **overrides))
 
 
+@pytest.mark.slow
 def test_metrics_are_per_iteration(traces):
     _, state, _, _, metrics = traces["hard"]
     for name in ("episode_return", "episode_length", "episodes", "loss", "q_mean", "epsilon"):
@@ -190,6 +191,7 @@ def one_step_errors(config, batch):
     return td, ours, oracle, loss, 0.5 * jnp.mean(td**2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("double", [False, True])
 def test_one_step_td_errors_are_the_q_learning_losses_and_rlax(traces, double):
     """On replayed CartPole transitions (some terminal), with VARIANT's dueling network and L2 loss."""
@@ -201,6 +203,7 @@ def test_one_step_td_errors_are_the_q_learning_losses_and_rlax(traces, double):
     np.testing.assert_allclose(loss, l2, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_n_step_td_errors_match_a_numpy_reference():
     """3-step windows with terminal and truncated steps inside: the return stops at the first episode end and
     bootstraps from the target net's greedy value there (0 after termination)."""

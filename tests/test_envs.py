@@ -250,6 +250,7 @@ def normalize_runs():
     return raw, norm
 
 
+@pytest.mark.slow
 def test_normalize_same_trajectory(normalize_runs):
     (_, _, raw), (_, _, norm) = normalize_runs
     for k in ("actions", "rewards", "terminated", "truncated", "episode_return", "episode_length"):

@@ -199,6 +199,7 @@ def _flags_at(t, term_val, trunc_val):
     return term, trunc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("t", [4, T - 1])
 def test_truncated_step_bootstraps_from_next_v(t):
     r, v, next_v, _, _ = make_batch(7, shape=(T, 1))
@@ -212,6 +213,7 @@ def test_truncated_step_bootstraps_from_next_v(t):
         np.testing.assert_allclose(after[t + 1 :], before[t + 1 :], **TOL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trunc_too", [False, True])
 @pytest.mark.parametrize("t", [4, T - 1])
 def test_terminated_step_ignores_next_v(t, trunc_too):
@@ -299,6 +301,7 @@ def test_special_cases_relations(gamma):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("f", list(_all_estimators()))
 def test_trailing_batch_dims(f):
     r, v, next_v, term, trunc = make_batch(13, shape=(T, 3, 4))
@@ -463,6 +466,7 @@ def test_group_relative_outcome_zero_mean_unit_std():
     np.testing.assert_array_equal(adv, np.where(mask, adv[:1], 0.0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group_size", [4, 6])
 @pytest.mark.parametrize("eps", [1e-8, 0.0])
 @pytest.mark.parametrize("mode", ["outcome", "process"])
@@ -479,6 +483,7 @@ def test_group_relative_identical_values_give_exact_zero(mode, eps, group_size):
     assert np.isfinite(grads).all()
 
 
+@pytest.mark.slow
 def test_group_relative_single_member_groups():
     r, mask = make_groups(24)
     np.testing.assert_array_equal(est.group_relative_advantages(r, mask, 1, "outcome"), np.zeros((T, NG)))
@@ -765,6 +770,7 @@ def test_off_policy_bad_args_raise():
         est.retrace(v, next_v, r.astype(np.int32), term, trunc, log_rho, 0.9)
 
 
+@pytest.mark.slow
 def test_off_policy_jit_vmap_over_gamma_and_batch_dims():
     r, v, next_v, term, trunc = make_batch(45)
     log_rho = make_log_rho(45)

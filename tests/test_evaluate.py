@@ -33,6 +33,7 @@ def test_each_episode_counted_once_from_reset_to_its_end():
     np.testing.assert_array_equal(out["lengths"], lengths)
 
 
+@pytest.mark.slow
 def test_episodes_longer_than_max_steps_are_not_counted():
     out = evaluate("CartPole-v1", lambda obs, k: (obs[:, 2] > 0).astype(jnp.int32), jax.random.key(1), 4, max_steps=3)
     assert int(out["finished"]) == 0 and np.isnan(np.asarray(out["returns"])).all()

@@ -923,6 +923,7 @@ def test_sigterm_checkpoints_releases_the_lock_and_exits_143(when, tmp_path):
     assert saved >= 1 and len(rows) == saved and f"after iteration {saved}" in err
 
 
+@pytest.mark.slow
 def test_a_folder_turning_read_only_mid_run_shows_the_real_error(tmp_path, monkeypatch, capsys):
     """Writing checkpoint 4 is denied and so is removing run.lock: the one line is the checkpoint's error, not
     the lock's (its release in `finally` no longer replaces the error that ended the run)."""

@@ -29,6 +29,7 @@ def obs_batch(shape, seed=0):
     return jnp.asarray(np.random.default_rng(seed).normal(size=shape).astype(np.float32))
 
 
+@pytest.mark.slow
 def test_discrete_outputs(discrete):
     net, params = discrete
     obs = obs_batch((B, 4))
@@ -46,6 +47,7 @@ def test_discrete_outputs(discrete):
     assert sample.shape == (B,) and sample.dtype == jnp.int32
 
 
+@pytest.mark.slow
 def test_continuous_outputs(continuous):
     net, params = continuous
     obs = obs_batch((B, 3))
@@ -136,6 +138,7 @@ def test_mlp_against_numpy():
     np.testing.assert_allclose(mlp.apply(params, x), ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_minatar_obs_flattened():
     net = ActorCritic(action_dim=3, discrete=True, torso=MLPTorso(obs_ndim=3))
     obs = (obs_batch((B, 10, 10, 4), seed=6) > 0.5).astype(jnp.float32)
@@ -265,6 +268,7 @@ def test_a_gaussian_mean_outside_the_action_box_gets_no_gradient_back():
     assert abs(gradient(4.0)) < 0.01  # outside by 10 std: no signal (-2m would be -8)
 
 
+@pytest.mark.slow
 def test_bound_mean_keeps_the_gaussian_mean_in_the_action_box():
     """`mean_bounds=(low, high)`: mean = low + (tanh(x) + 1) (high - low) / 2, inside the box for any input and
     the box's centre at the zero-initialised output; without it the mean is the linear output."""

@@ -45,6 +45,7 @@ def numpy_normalize_reward(rewards, dones, gamma, epsilon=1e-8):
     return out
 
 
+@pytest.mark.slow
 def test_matches_numpy_loop_and_keeps_raw_episode_statistics():
     gamma, steps = 0.9, 450  # Pendulum: dense negative rewards, time limit 200, so two episode ends per env
     raw = play(envs.make("Pendulum-v1", 3), steps)
@@ -61,6 +62,7 @@ def test_matches_numpy_loop_and_keeps_raw_episode_statistics():
     assert np.all(np.asarray(scaled[4]) == done)
 
 
+@pytest.mark.slow
 def test_is_pure_and_shared_across_the_batch():
     env = envs.make("CartPole-v1", 5, normalize_rewards=True, reward_gamma=0.99)
     obs, state = env.reset(jax.random.key(0))

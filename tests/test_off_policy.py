@@ -268,6 +268,7 @@ def test_sac_temperature_moves_toward_the_target_entropy(algo):
     assert np.all(np.asarray(learners.params["log_alpha"]) == np.asarray(state.params["log_alpha"]))
 
 
+@pytest.mark.slow
 def test_squashed_gaussian_log_prob_matches_change_of_variables():
     """log pi(a) of a = tanh(u), u ~ N(mean, std), against float64 NumPy: log N(atanh a) - sum log |dtanh/du|
     with the derivative taken by central finite differences; and in 1-D the density integrates to 1."""
@@ -290,6 +291,7 @@ def test_squashed_gaussian_log_prob_matches_change_of_variables():
     np.testing.assert_allclose(np.trapezoid(density, grid), 1.0, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_actions_are_scaled_to_the_env_bounds():
     """Networks act in [-1, 1]; the env and evaluation see low + (u + 1) (high - low) / 2 (Pendulum: [-2, 2])."""
     spec = envs.make("Pendulum-v1").spec

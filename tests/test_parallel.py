@@ -245,6 +245,7 @@ def test_vmpo_gradient_on_two_devices_equals_the_whole_batch():
     assert int(global_top[32:].sum()) > 16 and not np.array_equal(global_top, local_top)
 
 
+@pytest.mark.slow
 def test_observation_statistics_are_global():
     obs = jax.random.normal(jax.random.key(0), (16, 3)) * jnp.array([1.0, 5.0, 0.1]) + 2.0
     stats = envs.RunningMeanStd.create((3,))

@@ -67,6 +67,7 @@ def population(size=8, seed=0):
 # ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ranks_ties_and_nan_are_deterministic():
     fitness = jnp.array([3.0, np.nan, 5.0, 3.0, 5.0, np.nan, -1.0, 3.0])
     # 5 (members 2, 4), then 3 (0, 3, 7), then -1 (6), then no episode (1, 5): ties by member index
@@ -211,6 +212,7 @@ def test_ready_step_that_does_not_fire_changes_nothing():
     assert_trees_equal(new_configs, configs)
 
 
+@pytest.mark.slow
 def test_perturbations_stay_within_bounds_over_many_steps():
     config = pbt.PBTConfig(
         population=8,

@@ -95,6 +95,7 @@ def remember_k_back(k):
     return policy
 
 
+@pytest.mark.slow
 def test_repeat_previous_perfect_memory_scores_one_and_lagging_by_one_does_not():
     env_id, n, k = "popgym-RepeatPreviousMedium-v0", 104, 32
     buffer = jnp.zeros((NUM_ENVS, k), jnp.int32)
@@ -109,6 +110,7 @@ def test_repeat_previous_perfect_memory_scores_one_and_lagging_by_one_does_not()
 # CountRecall ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_count_recall_matches_the_reference_over_two_episodes():
     n, types = 52, 2  # Easy: one deck, colours
     steps = 2 * (n - 1) + 5
@@ -140,6 +142,7 @@ def counting(types):
     return policy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "env_id, n, types", [("popgym-CountRecallEasy-v0", 52, 2), ("popgym-CountRecallHard-v0", 208, 13)]
 )

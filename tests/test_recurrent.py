@@ -50,6 +50,7 @@ def counting_policy(num_actions: int):
     return step, value
 
 
+@pytest.mark.slow
 def test_rollout_resets_state_exactly_at_episode_starts():
     env = envs.make("CartPole-v1", 6, max_steps_in_episode=12)  # random play: terminations and truncations
     step, value = counting_policy(env.spec.action_dim)
@@ -190,6 +191,7 @@ def test_identity_core_gives_the_mlp_gradients():
         assert_trees_close(rnn_grads(rnn, params, shifted), expected, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_identity_core_gives_the_q_network_gradients():
     """PQN's recurrent regression (`q_learning_recurrent.regression_loss` over [T, B] sequences) with a
     state-ignoring core has QNetwork's parameters and gradients; misaligned steps do not."""

@@ -20,6 +20,7 @@ def uniform(n):
     return lambda obs, key: jax.random.randint(key, (obs.shape[0],), 0, n)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Breakout-MinAtar"])
 def test_a_played_episode_ends_on_its_terminal_state(env_id):
     env, params = gymnax.make(env_id)
@@ -65,6 +66,7 @@ SUITE_EPISODES = [  # (id, action, size of a box action or None for a discrete o
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id, action, size", SUITE_EPISODES)
 def test_a_suite_env_is_drawn_by_its_own_renderer(env_id, action, size):
     pytest.importorskip(suites.SUITES[env_id.partition(":")[0]].package)
@@ -101,6 +103,7 @@ def test_cli_refuses_an_env_without_a_renderer_in_one_line(tmp_path, monkeypatch
     assert not (tmp_path / "episode.gif").exists()
 
 
+@pytest.mark.slow
 def test_mujoco_suites_refuse_in_one_line_when_their_renderer_cannot_start(tmp_path, monkeypatch, capsys):
     pytest.importorskip("brax")
     mujoco = pytest.importorskip("mujoco")

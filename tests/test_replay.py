@@ -84,6 +84,7 @@ def test_sampling_is_uniform(filled, stage):
     assert p_value > 1e-3, counts
 
 
+@pytest.mark.slow
 def test_can_sample_and_steps_stored():
     state = replay.init(item(), N, CAPACITY)
     assert not replay.can_sample(state)
@@ -92,6 +93,7 @@ def test_can_sample_and_steps_stored():
     assert replay.steps_stored(state) == 3 and replay.size(state) == 6
 
 
+@pytest.mark.slow
 def test_vmap_over_buffers_equals_separate():
     def run(offset, key):
         state = replay.init(item(), N, CAPACITY)
@@ -200,6 +202,7 @@ def test_prioritized_windows_never_cross_the_write_position():
     np.testing.assert_allclose(probabilities, 1 / 16, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_prioritized_vmap_over_buffers_equals_separate():
     def run(offset, key):
         state = replay.init_prioritized(item(), N, CAPACITY)

@@ -132,6 +132,7 @@ def test_env_without_reference_scores_is_shown_but_not_aggregated(tmp_path):
     assert "Aggregate metrics" not in text
 
 
+@pytest.mark.slow
 def test_cli_report_and_its_one_line_errors(folders, tmp_path):
     out = tmp_path / "cli"
     ok = subprocess.run(

@@ -82,6 +82,7 @@ def check_metrics(state, metrics):
     assert "LayerNorm_0" in state.params["params"]
 
 
+@pytest.mark.slow
 def test_metrics_are_per_iteration(runs):
     check_metrics(*runs[1][0])
 
@@ -146,6 +147,7 @@ def reference(q_obs, q_next, actions, rewards, terminated, truncated, epsilon, g
     return next_v, targets
 
 
+@pytest.mark.slow
 def test_sarsa_next_values_and_targets_match_numpy_on_a_hand_built_trajectory():
     """T = 6, N = 2: env 0 terminates at t = 2, env 1 is truncated at t = 3 (its successor is a final observation
     that is not o_4); the window ends at t = 5. Next values: Q(o_{t+1}, a_{t+1}) of the next action taken inside
@@ -211,6 +213,7 @@ def collect(config, expected: bool, epsilon=0.4, seed=3):
     return traj, targets, q_obs.astype(np.float64), q_next.astype(np.float64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("expected", [False, True])
 def test_targets_of_a_rollout_match_numpy(expected):
     """Through `q_learning.collect` as `update` calls it: truncated steps bootstrap at `info["final_observation"]`."""

@@ -54,6 +54,7 @@ def test_variant_applies_its_overrides():
     assert scorecard.budget_for("dqn", "CartPole-v1") == int(500_000 * scorecard.BUDGET_SCALE["dqn"])
 
 
+@pytest.mark.slow
 def test_resume_keeps_finished_rows_and_reruns_shorter_ones(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(scorecard, "run_one", fake_run(calls))

@@ -8,6 +8,7 @@ import pytest
 from jaxrl import shuffle
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 2, 7, 128, 512, 4096])  # 4096 takes two sorting rounds, the rest one
 def test_permutation_equals_jax_random_permutation(n):
     keys = jax.random.split(jax.random.key(n), 6)
@@ -28,6 +29,7 @@ def test_stable_argsort_keeps_tied_keys_in_place_order():
         assert ours.dtype == jnp.int32
 
 
+@pytest.mark.slow
 def test_indexing_a_vector_by_the_permutation_shuffles_it_as_jax_does():
     """`x[permutation(key, len(x))]` is `jax.random.permutation(key, x)`, repeated values and all."""
     deck = np.arange(156) % 4

@@ -46,6 +46,7 @@ def test_bad_config_raises_naming_the_field(overrides, field):
         trpo.make_train(dataclasses.replace(trpo.Config(), **overrides))
 
 
+@pytest.mark.slow
 def test_conjugate_gradient_solves_spd_systems_under_jit_and_vmap():
     def problem(key):
         a = jax.random.normal(key, (12, 12))

@@ -56,6 +56,7 @@ def numpy_temperature(eta, advantages, selected, epsilon):
     return loss, psi, grad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eta", [0.05, 0.5, 3.0])
 def test_temperature_dual_value_weights_and_gradient_match_numpy(eta):
     rng = np.random.default_rng(1)
