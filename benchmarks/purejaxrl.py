@@ -8,6 +8,7 @@ run). PureJaxRL runs on gymnax 0.0.9 (it unpacks the old 5-value step), so it ge
 `benchmarks/.venv-purejaxrl` (this process's jax, jaxlib, flax, optax, distrax, chex and flashbax versions, and
 gymnax 0.0.9), created on the first run and reused after. The cases (`benchmarks/peer_workers/purejaxrl_cases.py`)
 are PureJaxRL's PPO config at 4 and at 2048 envs, the same vmapped over 8 seeds in one program, and its DQN config;
+`--prng IMPL` runs both libraries on another of JAX's PRNG implementations (`jax_default_prng_impl`);
 `--devices N` adds the jaxrl PPO cases on N XLA devices (`make_train(config, devices=N)`; on a CPU the process then
 gets N host devices).
 
@@ -62,6 +63,11 @@ def runs_of(args, first: str) -> list[tuple[str, str, dict]]:
             label = f"{name}, {args.cpu_threads} CPU thread{'s' if args.cpu_threads > 1 else ''}"
             jaxrl.append((label, "jaxrl", {**jaxrl[0][2], "cpu_threads": args.cpu_threads}))
         peer = [(name, "purejaxrl", {"case": name, "repeats": args.repeats, "source": str(args.source)})]
+        if args.prng:  # both libraries draw from the same PRNG implementation
+            jaxrl, peer = (
+                [(label, library, {**spec, "prng": args.prng}) for label, library, spec in runs]
+                for runs in (jaxrl, peer)
+            )
         rows += jaxrl + peer if first == "jaxrl" else peer + jaxrl
     return rows
 
@@ -181,6 +187,12 @@ def main(argv=None) -> None:
     parser.add_argument("--devices", type=int, default=1, help="also run jaxrl's PPO cases on this many devices")
     parser.add_argument(
         "--cpu-threads", type=int, default=None, help="also run jaxrl's cases with a CPU thread pool of N threads"
+    )
+    parser.add_argument(
+        "--prng",
+        choices=("threefry2x32", "rbg", "unsafe_rbg"),
+        default=None,
+        help="JAX's default PRNG implementation in every worker of both libraries (default: JAX's, threefry2x32)",
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per worker")
     parser.add_argument("--xla-phases", action="store_true", help="split each XLA compile into its phases (CPU)")

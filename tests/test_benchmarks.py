@@ -363,6 +363,32 @@ def test_jaxrl_takes_purejaxrl_dqn_config_in_its_own_units():
     assert seeds == 8 and config.num_envs * config.num_steps == 512 and config.anneal_lr
 
 
+def test_the_side_by_side_gives_both_libraries_the_same_prng_and_a_worker_takes_it():
+    """`--prng unsafe_rbg`: every run of the round, jaxrl's (the CPU-thread row included) and PureJaxRL's, carries it,
+    in ABBA order; without it no run does. A worker sets it as JAX's default before making its first key."""
+    import argparse
+    import subprocess
+    import sys
+
+    from benchmarks import purejaxrl
+
+    args = argparse.Namespace(cases=["dqn"], repeats=1, devices=1, cpu_threads=1, source="DIR", prng="unsafe_rbg")
+    rows = purejaxrl.runs_of(args, "purejaxrl")
+    assert [library for _, library, _ in rows] == ["purejaxrl", "jaxrl", "jaxrl"]
+    assert all(spec["prng"] == "unsafe_rbg" for _, _, spec in rows)
+    assert rows[2][2]["cpu_threads"] == 1
+    args.prng = None
+    assert not any("prng" in spec for _, _, spec in purejaxrl.runs_of(args, "jaxrl"))
+    code = (
+        "import sys; sys.argv = ['w', '{\"prng\": \"unsafe_rbg\"}']\n"
+        "from benchmarks.peer_workers.common import main\n"
+        "import jax\n"
+        "main(lambda spec: {'key': str(jax.random.key_impl(jax.random.key(0))), 'raw': jax.random.PRNGKey(0).shape})"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert '"ok": true' in done.stdout and "unsafe_rbg" in done.stdout and '"raw": [4]' in done.stdout, done
+
+
 def test_pbt_vs_search_traces_the_best_members_schedule_through_its_parents():
     """Member 2 copies member 0 at step 0, member 1 copies member 2 at step 1: member 1's schedule is member 0's
     block, then member 2's (perturbed), then its own (perturbed again)."""

@@ -46,10 +46,22 @@ def environment() -> dict:
     return {"python": platform.python_version(), "jax": jax.__version__, "devices": [str(d) for d in jax.devices()]}
 
 
+def use_prng(spec: dict) -> None:
+    """`spec["prng"]`, when given, as JAX's default PRNG implementation (`jax_default_prng_impl`: "threefry2x32",
+    "rbg" or "unsafe_rbg"), set before the worker makes its first key: `jax.random.key(0)` and `jax.random.PRNGKey(0)`
+    then both make keys of that implementation, so every library in the run draws its random numbers the same way."""
+    if spec.get("prng"):
+        import jax
+
+        jax.config.update("jax_default_prng_impl", spec["prng"])
+
+
 def main(run) -> None:
-    """Runs `run(spec) -> dict` on the spec JSON in argv[1] and prints the result (or the error) as JSON."""
+    """Runs `run(spec) -> dict` on the spec JSON in argv[1] and prints the result (or the error) as JSON.
+    `use_prng(spec)` first."""
     spec = json.loads(sys.argv[1])
     try:
+        use_prng(spec)
         result = {"ok": True, **run(spec)}
     except Exception as error:  # reported to the orchestrator, which prints it and carries on
         result = {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
