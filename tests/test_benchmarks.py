@@ -367,8 +367,6 @@ def test_the_side_by_side_gives_both_libraries_the_same_prng_and_a_worker_takes_
     """`--prng unsafe_rbg`: every run of the round, jaxrl's (the CPU-thread row included) and PureJaxRL's, carries it,
     in ABBA order; without it no run does. A worker sets it as JAX's default before making its first key."""
     import argparse
-    import subprocess
-    import sys
 
     from benchmarks import purejaxrl
 
@@ -385,7 +383,8 @@ def test_the_side_by_side_gives_both_libraries_the_same_prng_and_a_worker_takes_
         "import jax\n"
         "main(lambda spec: {'key': str(jax.random.key_impl(jax.random.key(0))), 'raw': jax.random.PRNGKey(0).shape})"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
     assert '"ok": true' in done.stdout and "unsafe_rbg" in done.stdout and '"raw": [4]' in done.stdout, done
 
 
