@@ -363,6 +363,7 @@ def test_jaxrl_takes_purejaxrl_dqn_config_in_its_own_units():
     assert seeds == 8 and config.num_envs * config.num_steps == 512 and config.anneal_lr
 
 
+@pytest.mark.slow
 def test_the_side_by_side_gives_both_libraries_the_same_prng_and_a_worker_takes_it():
     """`--prng unsafe_rbg`: every run of the round, jaxrl's (the CPU-thread row included) and PureJaxRL's, carries it,
     in ABBA order; without it no run does. A worker sets it as JAX's default before making its first key."""

@@ -164,6 +164,7 @@ def gtrxl_state(core, seed, b=B):
     return memory, jnp.asarray(valid)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [4, 32])
 def test_gtrxl_matches_naive_masked_attention_over_history(window):
     """GTrXL with a window shorter (4) and longer (32) than the sequence against `gtrxl_reference`: outputs
@@ -204,6 +205,7 @@ def test_parallel_linear_recurrence_matches_the_loop():
     assert reset[1:].any(axis=0).all() and not reset[0].all(), "resets inside, h0 read"
 
 
+@pytest.mark.slow
 def test_lstm_has_the_flax_cell_parameters_and_a_forget_bias_of_one():
     core = make_core("lstm", H)
     x, starts = sequence(0)

@@ -121,6 +121,7 @@ def test_env_params_override():
     assert envs.make("CartPole-v1").params.max_steps_in_episode == 500
 
 
+@pytest.mark.slow
 def test_max_steps_override_truncates_at_20():
     env = envs.make("CartPole-v1", num_envs=N, max_steps_in_episode=20)
     _, _, out = to_np(make_runner(env, 50, alternating)(jax.random.key(1)))

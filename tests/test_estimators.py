@@ -159,6 +159,7 @@ def test_gae_reference(lam, gamma):
     np.testing.assert_allclose(targets, ref_targets, **TOL)
 
 
+@pytest.mark.slow
 def test_float_flags_match_bool_flags():
     r, v, next_v, term, trunc = make_batch(6)
     tf, trf = term.astype(np.float32), trunc.astype(np.float32)
@@ -225,6 +226,7 @@ def test_terminated_step_ignores_next_v(t, trunc_too):
         np.testing.assert_allclose(f(r, v, next_v2, term, trunc), f(r, v, next_v, term, trunc), **TOL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [(True, False), (False, True), (True, True)])
 def test_nothing_leaks_across_episode_boundary(flags):
     t = 5
@@ -517,6 +519,7 @@ def test_group_relative_groups_are_independent_and_adjacent():
     assert not np.allclose(adv2[:, 1:G][mask[:, 1:G]], adv[:, 1:G][mask[:, 1:G]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["outcome", "process"])
 def test_group_relative_trailing_dims_and_jit(mode):
     r, mask = make_groups(27, shape=(T, NG, 3))
@@ -702,6 +705,7 @@ def test_retrace_reference(lam):
     np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p_term", [0.0, 0.15])
 @pytest.mark.parametrize("lam", [0.0, 0.9, 1.0])
 def test_retrace_matches_rlax_without_truncation(lam, p_term):

@@ -632,6 +632,7 @@ def test_a_sweep_in_parts_keeps_the_finished_points_when_interrupted(tmp_path, m
     )
 
 
+@pytest.mark.slow
 def test_memory_estimate_is_rough_but_grows_with_the_batch_and_the_layers():
     small, big = compile.memory_parts(CONFIG), compile.memory_parts(dataclasses.replace(CONFIG, num_envs=400))
     assert big["rollout"] == 100 * small["rollout"] and big["activations"] == 100 * small["activations"]
@@ -665,6 +666,7 @@ def test_a_run_that_cannot_fit_is_refused_naming_the_flag_to_lower(flags, flag, 
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow
 def test_running_out_of_device_memory_in_the_first_chunk_is_one_line(tmp_path, monkeypatch, capsys):
     """XLA failing to allocate in the first chunk (past the estimate): one line naming the flags to lower,
     exit 2, and the new run's folder removed (nothing of it was trained)."""

@@ -157,6 +157,7 @@ def test_minatar_obs_flattened():
     np.testing.assert_allclose(value_tb[1], value, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(64, 64), (4, 64), (64, 2), (10, 10, 3)])
 def test_orthogonal_matches_jax_orthogonal_for_the_same_key(shape):
     """Gram-Schmidt Q equals LAPACK's sign-corrected QR of the same Gaussian matrix."""
@@ -223,6 +224,7 @@ def test_cnn_torso_on_every_minatar_game(env_id):
     assert q.apply(q.init(jax.random.key(1), obs[0]), obs).shape == (3, 2, spec.action_dim)
 
 
+@pytest.mark.slow
 def test_cnn_torso_is_a_convolution():
     """Against a direct NumPy 3x3 VALID convolution and dense layer with the torso's own parameters."""
     from jaxrl.networks import CNNTorso

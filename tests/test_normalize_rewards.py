@@ -76,6 +76,7 @@ def test_is_pure_and_shared_across_the_batch():
     assert float(a[1].reward_stats.count) == pytest.approx(5 + 1e-4)
 
 
+@pytest.mark.slow
 def test_on_policy_config_switch_wraps_the_learners_env():
     config = ppo.Config(env="Pendulum-v1", normalize_rewards=True, gamma=0.95)
     env = ppo.setup(config).env

@@ -32,6 +32,7 @@ def test_read_sweep_gives_each_runs_final_return(tmp_path):
         read_sweep(path, metric="no_such_metric")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["grid", "random"])
 def test_sensitivity_writes_a_png(tmp_path, kind):
     if kind == "grid":

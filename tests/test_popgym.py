@@ -63,6 +63,7 @@ def episodes(obs, final, terminated, truncated):
 # RepeatPrevious ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_repeat_previous_matches_the_reference_over_two_episodes():
     n, k = 52, 4  # Easy: one deck, the 4th newest card
     steps = 2 * (n - 1) + 5

@@ -42,6 +42,7 @@ def written_ids(first, last):
     return {100 * e + t for e in range(N) for t in range(first, last)}
 
 
+@pytest.mark.slow
 def test_sample_is_time_major_and_consistent(filled):
     _, (_, batch), (_, _, windows) = filled
     assert batch["id"].shape == (1, 4000) and batch["obs"].shape == (1, 4000, 3)
@@ -141,6 +142,7 @@ def prioritized_samples():
     return jax.tree.map(np.asarray, prioritized(jax.random.key(1)))
 
 
+@pytest.mark.slow
 def test_prioritized_sampling_follows_priorities_to_the_alpha(prioritized_samples):
     """Chi-square goodness of fit of the drawn ids to P(i) = p_i^alpha / sum_k p_k^alpha, and the returned
     probabilities are those P(i)."""
@@ -183,6 +185,7 @@ def test_importance_weights_are_normalised_by_their_max():
     assert np.isfinite(replay.importance_weights(jnp.array([0.0, 0.5]), 2, 1.0)).all()
 
 
+@pytest.mark.slow
 def test_prioritized_windows_never_cross_the_write_position():
     """Windows of 3 steps: every drawn window is 3 consecutive steps of one env, also after wrapping; with
     uniform priorities the valid starts are all drawn."""

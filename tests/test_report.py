@@ -109,6 +109,7 @@ def test_aggregates_and_improvement_equal_a_numpy_reference(folders):
     assert 0.0 <= cis["ppo > dqn"][0] <= cis["ppo > dqn"][1] <= 1.0
 
 
+@pytest.mark.slow
 def test_report_writes_tables_and_pngs_and_leaves_the_folders_untouched(folders, tmp_path):
     before = {key: snapshot(folders[key]) for key in ("ppo", "dqn", "sweep")}
     path = report.write_report([folders["ppo"], folders["dqn"], folders["sweep"]], tmp_path / "out", reps=100)

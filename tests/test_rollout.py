@@ -166,6 +166,7 @@ def test_truncated_successors_bootstrap_from_final_observation(cartpole64):
     np.testing.assert_allclose(traj.next_values[trunc], dense[trunc], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_bootstrap_truncated_gathers_only_masked_entries():
     values = jnp.arange(12.0).reshape(4, 3)
     mask = jnp.zeros((4, 3), bool).at[1, 2].set(True).at[3, 0].set(True)
@@ -224,6 +225,7 @@ def test_episode_metrics_against_numpy(traj64):
     assert np.isfinite(m["episode_return"])
 
 
+@pytest.mark.slow
 def test_episode_metrics_nan_when_no_episode_completed(cartpole16):
     # The first 5 steps of a rollout from reset: CartPole cannot fall that soon, so no episode completes.
     _, traj = cartpole16.run(jax.random.key(0))

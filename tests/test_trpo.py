@@ -94,6 +94,7 @@ def _policy_problem(discrete: bool):
 
 
 # the discrete case compiles for longest: the quick tier checks the Gaussian one
+@pytest.mark.slow
 @pytest.mark.parametrize("discrete", [pytest.param(True, marks=pytest.mark.slow), False])
 def test_fisher_vector_product_equals_dense_fisher_and_cg_matches_a_dense_solve(discrete):
     network, params, obs, theta, policy, kl = _policy_problem(discrete)

@@ -78,6 +78,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_td_error_matches_numpy_and_rlax(inputs, name):
     ours, bootstrap, oracle = CASES[name]
@@ -132,6 +133,7 @@ def test_action_value():
     np.testing.assert_array_equal(losses.action_value(q, jnp.array([[0, 2], [1, 1]])), [[0.0, 5.0], [7.0, 10.0]])
 
 
+@pytest.mark.slow
 def test_huber_and_l2():
     x = jnp.linspace(-4.0, 4.0, 81)
     for delta in (0.5, 1.0, 2.0):
