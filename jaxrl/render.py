@@ -109,9 +109,9 @@ def _gymnax_env(env_id: str):
             import pygame  # noqa: F401
         except ImportError as error:
             raise ValueError(f"{env_id} draws through pygame, which is missing: pip install 'jaxrl[render]'") from error
-    import gymnax
+    from jaxrl.envs.gymnax import import_gymnax
 
-    return gymnax.make(env_id)
+    return import_gymnax().make(env_id)
 
 
 def play_arrays(env_id: str, act, key: jax.Array, normalize=None):

@@ -356,3 +356,33 @@ def test_pendulum_episode_statistics_continuous():
     np.testing.assert_allclose(out["episode_return"][29], out["rewards"][:30].sum(0), rtol=1e-5)
     np.testing.assert_allclose(out["episode_return"][59], out["rewards"][30:].sum(0), rtol=1e-5)
     assert (out["rewards"] <= 0).all()
+
+
+@pytest.mark.slow
+def test_gymnax_loads_its_render_only_imports_when_a_render_uses_them():
+    """Building a gymnax env imports none of seaborn, pandas, scipy.stats or matplotlib.pyplot (gymnax's modules
+    import them for their render functions alone); Pong's render still draws through them, and an `import
+    seaborn` afterwards gets the real module."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import matplotlib\n"
+        "matplotlib.use('Agg')\n"
+        "import jax\n"
+        "from jaxrl import envs\n"
+        "env = envs.make('CartPole-v1', 2)\n"
+        "render_only = ('seaborn', 'pandas', 'scipy.stats', 'matplotlib.pyplot')\n"
+        "print(sorted(m for m in render_only if m in sys.modules))\n"
+        "import gymnax\n"
+        "pong, params = gymnax.make('Pong-misc')\n"
+        "obs, state = pong.reset(jax.random.key(0), params)\n"
+        "image = pong.render(state, params)\n"
+        "print(type(image).__name__, image.get_array().shape)\n"
+        "import seaborn\n"
+        "print(type(seaborn).__name__, seaborn.__spec__ is not None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "AxesImage (30, 40)", "module True"], done.stdout

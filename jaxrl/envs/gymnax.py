@@ -1,29 +1,56 @@
 """gymnax 1.x environments as `VecEnv`s: `GymnaxVecEnv` vmaps one gymnax environment over `num_envs` copies,
 auto-reset by gymnax, with the true successor in `info["final_observation"]`.
 
-gymnax is imported on first use, not with this module: its import creates JAX arrays, which initialises JAX's
-backends, after which the CPU device count (`jaxrl.sweep.use_cpu_cores`) and `jax.distributed.initialize`
-can no longer be set up.
+gymnax is imported on first use (`import_gymnax`), not with this module: its import creates JAX arrays, which
+initialises JAX's backends, after which the CPU device count (`jaxrl.sweep.use_cpu_cores`) and
+`jax.distributed.initialize` can no longer be set up.
 """
 
 from __future__ import annotations
+
+import importlib
+import sys
+import types
 
 import jax
 import jax.numpy as jnp
 
 from jaxrl.envs.spec import EnvSpec
 
+# Modules that gymnax's environment modules import at their top for their `render` functions alone (Pong's imports
+# seaborn, and with it pandas and scipy.stats): most of gymnax's import time. `import_gymnax` defers them.
+RENDER_ONLY_IMPORTS = ("seaborn", "matplotlib.pyplot")
 
-def _gymnax():
-    """The gymnax module, imported on first use (see the module docstring)."""
-    import gymnax
 
+class DeferredModule(types.ModuleType):
+    """Stands in for a module while gymnax is imported; the first attribute read imports the real module (by then
+    out of `sys.modules`, so any later `import` gets the real one) and every read goes to it."""
+
+    def __getattr__(self, name: str):
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def import_gymnax():
+    """The gymnax module, imported on first use (see the module docstring), with `RENDER_ONLY_IMPORTS` deferred
+    until a gymnax render function uses them: about 2 s less of every process start on a 2-core CPU."""
+    if "gymnax" in sys.modules:
+        return sys.modules["gymnax"]
+    stand_ins = {name: DeferredModule(name) for name in RENDER_ONLY_IMPORTS if name not in sys.modules}
+    sys.modules.update(stand_ins)
+    try:
+        import gymnax
+    finally:
+        for name, stand_in in stand_ins.items():
+            if sys.modules.get(name) is stand_in:
+                del sys.modules[name]
     return gymnax
 
 
 def ids() -> list[str]:
     """The ids of gymnax's own environments."""
-    return _gymnax().registered_envs
+    return import_gymnax().registered_envs
 
 
 class GymnaxVecEnv:
@@ -90,7 +117,7 @@ def spec_of(env_id: str, env, params) -> EnvSpec:
 def make(env_id: str, num_envs: int, probe_and_params=None, **env_params) -> GymnaxVecEnv:
     """The gymnax environment `env_id` (or a user's gymnax-API `(env, params)`), vectorised: keywords that name
     a field of its `EnvParams` override it, the others go to the environment's constructor."""
-    gymnax = _gymnax()
+    gymnax = import_gymnax()
     probe, params = gymnax.make(env_id) if probe_and_params is None else probe_and_params
     param_fields = set(params.__dataclass_fields__)
     overrides = {k: v for k, v in env_params.items() if k in param_fields}

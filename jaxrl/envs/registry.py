@@ -89,6 +89,7 @@ def _make_registered(env_id: str, num_envs: int, **env_kwargs):
             if not hasattr(vec, member):
                 raise TypeError(f"{env_id}: its factory returned {type(vec).__name__} without {member!r} (VecEnv).")
         return vec
+    gymnax.import_gymnax()  # before a factory imports parts of gymnax itself
     made = registration.factory(**env_kwargs)
     env, params = made if isinstance(made, tuple) else (made, made.default_params)
     return gymnax.make(env_id, num_envs, (env, params))
