@@ -6,7 +6,6 @@ import shutil
 import subprocess
 import sys
 
-import gymnax
 import jax
 import numpy as np
 import pytest
@@ -14,6 +13,9 @@ from PIL import Image
 
 from jaxrl import render
 from jaxrl.envs import suites
+from jaxrl.envs.gymnax import import_gymnax
+
+gymnax = import_gymnax()
 
 
 def uniform(n):

@@ -36,9 +36,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import struct
-from gymnax.environments import environment, spaces
-from gymnax.environments.classic_control.cartpole import CartPole
-from gymnax.environments.classic_control.pendulum import Pendulum
+
+from jaxrl.envs.gymnax import import_gymnax
+
+import_gymnax()  # gymnax without its render-only imports, before its modules below
+from gymnax.environments import environment, spaces  # noqa: E402
+from gymnax.environments.classic_control.cartpole import CartPole  # noqa: E402
+from gymnax.environments.classic_control.pendulum import Pendulum  # noqa: E402
 
 DECK_SIZE = 52
 NUM_SUITS = 4
