@@ -125,7 +125,8 @@ QUIET_FLAG = ("--quiet", dict(action="store_true", help="print only the results 
 CACHE_FLAG = ("--compile-cache", dict(default=DEFAULT_CACHE, help="folder of JAX's persistent compilation cache"
         " (default $JAXRL_COMPILE_CACHE, else ~/.cache/jaxrl/xla); 'none' turns it off"))
 CPU_THREADS_FLAG = ("--cpu-threads", dict(type=_number, default=None, help="XLA's CPU thread pool of N threads"
-    " (default: one per core this process may use); 1 runs small programs, such as DQN at 10 envs, faster"))
+    " (default: one per core this process may use); on one device, 1 runs small programs, such as DQN at 10 envs,"
+    " faster"))
 TRAIN_FLAGS = [
     ("--seeds", dict(type=_number, default=None, help="seeds trained in parallel (one vmapped program; default 1)")),
     ("--seed", dict(type=_number, default=None, help="base random seed (default 0)")),
