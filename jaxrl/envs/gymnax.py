@@ -34,7 +34,7 @@ class DeferredModule(types.ModuleType):
 
 def import_gymnax():
     """The gymnax module, imported on first use (see the module docstring), with `RENDER_ONLY_IMPORTS` deferred
-    until a gymnax render function uses them: about 2 s less of every process start on a 2-core CPU."""
+    until a gymnax render function uses them."""
     if "gymnax" in sys.modules:
         return sys.modules["gymnax"]
     stand_ins = {name: DeferredModule(name) for name in RENDER_ONLY_IMPORTS if name not in sys.modules}
