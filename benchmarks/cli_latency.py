@@ -1,7 +1,9 @@
 """How fast the command line answers: wall seconds of `jaxrl --help`, `jaxrl train ppo --help`, a mistyped
-algorithm (`jaxrl train PPO`, a one-line error) and a bad flag value, and the seconds until `jaxrl train ppo`
-prints its first status line on a terminal (a pseudo-terminal here) and until its progress bar first moves; and
-the compile seconds of a run with a cold persistent compilation cache, of a rerun, and of a resume.
+algorithm (`jaxrl train PPO`, a one-line error), a bad flag value (both answered by the parser, before JAX
+starts) and a value the algorithm's Config refuses (answered once JAX and the algorithm are imported); the seconds
+until `jaxrl train ppo` prints its first status line on a terminal (a pseudo-terminal here) and until its progress
+bar first moves; and the compile seconds of a run with a cold persistent compilation cache, of a rerun, and of a
+resume.
 
     python -m benchmarks.cli_latency [--repeats 5]
 
@@ -37,6 +39,7 @@ COMMANDS = {
     "jaxrl train ppo --help": ["train", "ppo", "--help"],
     "jaxrl train PPO (mistyped algorithm)": ["train", "PPO"],
     "jaxrl train ppo --num-envs x (bad value)": ["train", "ppo", "--num-envs", "x"],
+    "jaxrl train ppo --learning-rate -1 (refused by the Config)": ["train", "ppo", "--learning-rate", "-1"],
 }
 
 

@@ -230,6 +230,24 @@ def test_an_error_before_any_run_imports_no_jax():
     assert "invalid choice: 'PPO'" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+def test_a_config_error_loads_no_distribution_library():
+    """A Config that its algorithm refuses (checked once JAX and the algorithm are imported) is a one-line error
+    (exit 2) without distrax or TensorFlow Probability loaded: they are imported where a distribution is built,
+    at trace time, and a V-MPO module import or a recurrent head's import does not load them either."""
+    import subprocess
+
+    code = (
+        "import sys, jaxrl.cli\n"
+        "print(jaxrl.cli.main(['train', 'ppo', '--learning-rate', '-1']))\n"
+        "import jaxrl.algos.vmpo, jaxrl.networks.recurrent\n"
+        "print(sorted(m for m in ('distrax', 'tensorflow_probability') if m in sys.modules))\n"
+        "print('jaxrl.algos.ppo' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.stdout.split() == ["2", "[]", "True"], done.stdout + done.stderr
+    assert done.stderr.strip() == "jaxrl: error: Config.learning_rate: got -1.0, must be > 0.0."
+
+
 @pytest.mark.extended
 def test_quiet_leaves_the_summary_alone_on_a_terminal(tmp_path, monkeypatch, capsys):
     """On a terminal `jaxrl train` shows status lines and the progress bar; with --quiet neither: stderr stays

@@ -30,7 +30,6 @@ advantages gathered from every device), L_pi sums over it, and the KL and value 
 
 from __future__ import annotations
 
-import distrax
 import jax
 import jax.numpy as jnp
 import optax
@@ -122,6 +121,8 @@ def trust_region(network: ActorCritic, config: Config, dist, duals, batch) -> tu
     """sum of L_alpha over the constraints: the categorical KL, or the Gaussian's mean and covariance parts."""
     mask = batch["mask"]
     if network.discrete:
+        import distrax  # on first use, as in jaxrl.networks.heads
+
         kl = losses.masked_mean(distrax.Categorical(logits=batch["old_logits"]).kl_divergence(dist), mask)
         alpha = jnp.exp(duals["log_alpha"])
         return losses.lagrange_loss(alpha, kl, config.epsilon_alpha), {"kl": kl, "alpha": alpha}

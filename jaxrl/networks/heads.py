@@ -16,17 +16,24 @@ unchanged: a categorical's softmax, sample, mode, log-prob and entropy give mask
 argmax or max over action values (greedy choices, Q-learning targets, double DQN) never picks them, and
 `epsilon_greedy` explores only among the actions whose value is above `MASKED`. finfo.min rather than -inf keeps
 0 * masked = 0 (entropies, expectations) and the gradients finite.
+
+distrax (and TensorFlow Probability under it) is imported where a distribution is built, at trace time: a process
+that only checks a config or a command line never loads it.
 """
 
 from __future__ import annotations
 
-import distrax
+from typing import TYPE_CHECKING
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from jaxrl.envs import action_mask
 from jaxrl.networks.torsos import MLPTorso, Torso, dense, flatten_observation
+
+if TYPE_CHECKING:
+    import distrax
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the squashed Gaussian actor's log std range (as in CleanRL's SAC)
 MASKED = float(jnp.finfo(jnp.float32).min)  # the logit / action value of a masked action
@@ -74,6 +81,8 @@ class ActorCritic(nn.Module):
         return self.policy(obs), self.value(obs)
 
     def policy(self, obs: jax.Array) -> distrax.Distribution:
+        import distrax
+
         out = self.actor(obs)
         if self.discrete:
             return distrax.Categorical(logits=mask_actions(out, obs) if self.action_mask else out)
@@ -110,6 +119,8 @@ class ActorQCritic(nn.Module):
         return mask_actions(out, obs) if self.action_mask else out
 
     def policy(self, obs: jax.Array) -> distrax.Distribution:
+        import distrax
+
         return distrax.Categorical(logits=self.logits(obs))
 
     def q_values(self, obs: jax.Array) -> jax.Array:
@@ -152,6 +163,8 @@ def epsilon_greedy(q_values: jax.Array, epsilon) -> distrax.Categorical:
     `MASKED`; all of them without a mask) with probability epsilon, else the greedy one (ties to the first), i.e.
     probs = epsilon valid / sum(valid) + (1 - epsilon) onehot(argmax q). Its log_prob is the behaviour
     log-probability an off-policy correction needs."""
+    import distrax
+
     num_actions = q_values.shape[-1]
     greedy = jax.nn.one_hot(jnp.argmax(q_values, axis=-1), num_actions)
     valid = q_values > MASKED
@@ -196,6 +209,8 @@ def squashed_gaussian(mean: jax.Array, log_std: jax.Array) -> distrax.Distributi
     which distrax's `Tanh` bijector computes stably from u as 2 (log 2 - u - softplus(-2u)). Use
     `sample_and_log_prob`, which never inverts tanh (`log_prob(a)` of a saturated a = +-1 is -inf / NaN).
     """
+    import distrax
+
     base = distrax.MultivariateNormalDiag(mean, jnp.exp(log_std))
     return distrax.Transformed(base, distrax.Block(distrax.Tanh(), ndims=1))
 

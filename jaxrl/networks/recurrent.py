@@ -25,9 +25,8 @@ and the learner run the very same function.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -36,6 +35,9 @@ from jaxrl.networks.gtrxl import GTrXLCore
 from jaxrl.networks.heads import mask_actions, q_values
 from jaxrl.networks.lru import LRUCore
 from jaxrl.networks.torsos import MLPTorso, dense, orthogonal
+
+if TYPE_CHECKING:
+    import distrax
 
 CORES = ("none", "gru", "lstm", "lru", "gtrxl")
 
@@ -196,6 +198,8 @@ class RecurrentActorCritic(nn.Module):
         return (h_actor, h_critic), dist, value
 
     def policy(self, h, obs, starts) -> tuple[jax.Array, distrax.Distribution]:
+        import distrax  # on first use, as in jaxrl.networks.heads
+
         h, out = self.actor(h, obs, starts)
         if self.discrete:
             return h, distrax.Categorical(logits=mask_actions(out, obs) if self.action_mask else out)
