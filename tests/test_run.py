@@ -259,6 +259,22 @@ def test_validate_run_returns_the_plan_that_run_executes():
         loop.validate_run(ppo, CONFIG, loop.RunOptions(resume=True))
 
 
+def test_a_one_device_run_traces_its_init_once(monkeypatch):
+    """The memory check's `jax.eval_shape` of the init and the compile share one trace: a one-device run calls
+    `base.initial_state` once (the memory check's estimate of its state is the init's own shapes)."""
+    traced = []
+    initial_state = base.initial_state
+    monkeypatch.setattr(base, "initial_state", lambda *a, **k: traced.append(1) or initial_state(*a, **k))
+    config = dataclasses.replace(CONFIG, total_timesteps=4 * 16 * 2)
+    plan = loop.validate_run(ppo, config, seeds=2)
+    assert plan.init is not None and len(traced) == 1
+    state = jax.eval_shape(plan.init, jax.random.split(jax.random.key(1), 2))
+    assert run_compile.memory_parts(config, 2, state) == run_compile.memory_parts(config, 2)
+    traced.clear()
+    result = loop.execute(plan)
+    assert len(traced) == 0 and result.metrics["episode_return"].shape[:2] == (2, 2)
+
+
 def test_one_divergence_rule_for_runs_and_sweeps():
     """`report.diverged` (a sweep's diverged runs) and `report.first_divergence` (what stops a run) agree."""
     metrics = {"value_loss": np.array([[1.0, np.nan], [1.0, 2.0]]), "episode_return": np.full((2, 2), np.nan)}

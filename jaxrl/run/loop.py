@@ -32,7 +32,7 @@ from jaxrl import parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm, to_dict
 from jaxrl.run import folder, hosts, session
-from jaxrl.run.compile import EVAL_METRICS, cache_events, cache_note, check_memory, is_out_of_memory
+from jaxrl.run.compile import EVAL_METRICS, cache_events, cache_note, check_memory, is_out_of_memory, make_init
 from jaxrl.run.folder import RunDirError, make_run_dir  # noqa: F401  (what run raises and names, importable here)
 from jaxrl.run.report import RunResult, first_divergence, last_finite_return, progress_text, write_summary
 from jaxrl.run.signals import DeferredStop, Stop, TermAsInterrupt, signum_of  # noqa: F401  (Stop: importable here)
@@ -137,14 +137,16 @@ class RunOptions:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """A validated run (`validate_run`): the algorithm, its Config, the options, the algorithm's name and the
-    data-parallel mesh (None: one device per seed)."""
+    """A validated run (`validate_run`): the algorithm, its Config, the options, the algorithm's name, the
+    data-parallel mesh (None: one device per seed) and, on one device, the jitted init that the memory check
+    traced (`compile.make_init`), so that the compile reuses its trace."""
 
     algo: Algorithm
     config: Any
     options: RunOptions
     name: str
     mesh: Mesh | None
+    init: Any = None
 
     def with_options(self, **changes) -> Plan:
         """The same plan with options that no validation depends on changed: a new run's `run_dir` (named once
@@ -188,9 +190,11 @@ def validate_run(algo: Algorithm, config, options: RunOptions | None = None, **f
         _count(o.eval_episodes, "eval_episodes", 1, "need at least one episode per evaluation")
     if o.resume and o.run_dir is None:
         raise ValueError("resume=True needs the run_dir to resume from.")
-    check_memory(local, o.seeds)  # what one device holds
     mesh = None if mesh is not None and mesh.size == 1 else mesh
-    return Plan(algo, config, o, base.name_of(algo) if o.name is None else o.name, mesh)
+    init = make_init(algo, config) if mesh is None else None
+    state = None if init is None else jax.eval_shape(init, jax.random.split(jax.random.key(0), o.seeds))
+    check_memory(local, o.seeds, state=state)  # what one device holds
+    return Plan(algo, config, o, base.name_of(algo) if o.name is None else o.name, mesh, init)
 
 
 def run(algo: Algorithm, config, options: RunOptions | None = None, **fields) -> RunResult:

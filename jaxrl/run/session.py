@@ -99,7 +99,7 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
     here."""
     start_time = time.perf_counter()
     algo, config, options, mesh = plan.algo, plan.config, plan.options, plan.mesh
-    init = make_init(algo, config, mesh)
+    init = make_init(algo, config, mesh) if plan.init is None else plan.init
     abstract_state = jax.eval_shape(init, keys)
     done, state, history = 0, None, []
     if options.resume:
