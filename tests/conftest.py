@@ -28,6 +28,10 @@ from jaxrl.render import prefer_offscreen_gl  # noqa: E402
 from jaxrl.run.compile import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache(COMPILE_CACHE)
+# Every test process starts JAX's CPU backend now, with one device, as a fresh `python` has. Otherwise a worker
+# whose first test runs `jaxrl train` in-process (which makes one CPU device per core while the backend is not yet
+# up) keeps that many devices for the rest of its tests. Tests that need several devices start processes of their own.
+jax.devices()
 # MuJoCo (Brax, Playground) draws off screen where it can (`jaxrl render` does the same): set before any test module
 # imports mujoco
 prefer_offscreen_gl()

@@ -22,6 +22,13 @@ def sweep_args(text):
     return space.from_flags(cli.config_from_args(ppo.Config, args), args.grid, args.random, args.dist, args.random_seed)
 
 
+def python_c(code: str, timeout: float = 600):
+    """`python -c code` in a fresh process (what it imports is its own): the finished process, output as text."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+
+
 def test_grid_and_random_flags():
     grid = sweep_args("--grid learning_rate=1e-3,3e-3 --grid clip-eps=0.1,0.2,0.3")
     assert len(grid) == 6 and grid.points[1] == {"learning_rate": 1e-3, "clip_eps": 0.2}
@@ -135,16 +142,13 @@ def test_preset_flag_starts_from_the_package_preset_and_flags_override():
 def test_parsing_imports_no_jax(argv):
     """`import jaxrl.cli` and a parse of any command line, train's and sweep's algorithm flags included, start
     neither JAX nor an algorithm: the flags come from `jaxrl.catalog`; the commands import JAX when they run."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, jaxrl.cli\n"
         f"jaxrl.cli.build_parser({argv[0]!r}).parse_args({argv!r})\n"
         "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'flax', 'jaxrl.algos'))))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert done.stdout.strip() == "[]", done.stdout
+    done = python_c(code)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_the_catalog_matches_the_algorithms():
@@ -217,15 +221,13 @@ def test_a_terminal_hears_what_train_is_doing_before_jax_starts(monkeypatch, cap
 def test_an_error_before_any_run_imports_no_jax():
     """A bad flag value or a mistyped algorithm is one line from the parser, and `user_errors` (exit 2 or 1)
     loads nothing: the command line answers without starting JAX."""
-    import subprocess
-
     code = (
         "import sys, jaxrl.cli\n"
         "try:\n    jaxrl.cli.main(['train', 'PPO'])\nexcept SystemExit as e:\n    print(e.code)\n"
         "print(jaxrl.cli.user_errors()[:5] == (ValueError, TypeError, OSError, OverflowError, ImportError))\n"
         "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'jaxrl.algos'))))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = python_c(code)
     assert done.stdout.split() == ["2", "True", "[]"], done.stdout + done.stderr
     assert "invalid choice: 'PPO'" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
@@ -234,8 +236,6 @@ def test_a_config_error_loads_no_distribution_library():
     """A Config that its algorithm refuses (checked once JAX and the algorithm are imported) is a one-line error
     (exit 2) without distrax or TensorFlow Probability loaded: they are imported where a distribution is built,
     at trace time, and a V-MPO module import or a recurrent head's import does not load them either."""
-    import subprocess
-
     code = (
         "import sys, jaxrl.cli\n"
         "print(jaxrl.cli.main(['train', 'ppo', '--learning-rate', '-1']))\n"
@@ -243,7 +243,7 @@ def test_a_config_error_loads_no_distribution_library():
         "print(sorted(m for m in ('distrax', 'tensorflow_probability') if m in sys.modules))\n"
         "print('jaxrl.algos.ppo' in sys.modules)"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    done = python_c(code)
     assert done.stdout.split() == ["2", "[]", "True"], done.stdout + done.stderr
     assert done.stderr.strip() == "jaxrl: error: Config.learning_rate: got -1.0, must be > 0.0."
 
