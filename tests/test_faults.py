@@ -993,11 +993,11 @@ def _unshare_works() -> bool:
 @pytest.mark.skipif(sys.platform != "linux" or not _unshare_works(), reason="needs a mount namespace (unshare -rm)")
 def test_a_real_full_disk_at_the_second_checkpoint(finished, tmp_path):
     """The same on a real full disk: a tmpfs in a private mount namespace, sized from the finished run's own
-    footprint on it (its two checkpoints and the rest, less three quarters of a checkpoint), so that the first
-    checkpoint fits and the second does not, whatever a checkpoint weighs on this machine: the margin is what
-    the rest of the folder (metrics rows, the summary) may grow by after the second checkpoint. The check of the free
-    space is off, so that orbax itself meets the full disk (its error logs and its late tracebacks were the
-    noise). What the run left is copied out and resumed."""
+    footprint on it (its two checkpoints and the rest, less half a checkpoint), so that the first checkpoint fits
+    and the second does not, whatever a checkpoint weighs on this machine: half a checkpoint on either side, for
+    the files orbax holds while it writes the first and for what the rest of the folder (metrics rows, the
+    summary) grows by after the second. The check of the free space is off, so that orbax itself meets the full
+    disk (its error logs and its late tracebacks were the noise). What the run left is copied out and resumed."""
     mount, kept = tmp_path / "tmpfs", tmp_path / "kept"
     mount.mkdir()
     run = mount / "run"
@@ -1011,7 +1011,7 @@ def test_a_real_full_disk_at_the_second_checkpoint(finished, tmp_path):
     shell = (
         f"mount -t tmpfs -o size=64m tmpfs {mount} && cp -r {finished} {mount}/probe && all=$({used}) && "
         f"rm -rf {mount}/probe && cp -r {one} {mount}/probe && one=$({used}) && rm -rf {mount}/probe && "
-        f"mount -o remount,size=$((all - 3 * one / 4)) tmpfs {mount} && "
+        f"mount -o remount,size=$((all - one / 2)) tmpfs {mount} && "
         f"{' '.join(map(repr, train))} 2> {tmp_path / 'err'}; code=$?; cp -r {run} {kept}; exit $code"
     )
     done = subprocess.run(["unshare", "-rm", "sh", "-c", shell], capture_output=True, text=True, timeout=600)
