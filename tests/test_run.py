@@ -259,6 +259,7 @@ def test_validate_run_returns_the_plan_that_run_executes():
         loop.validate_run(ppo, CONFIG, loop.RunOptions(resume=True))
 
 
+@pytest.mark.slow
 def test_a_one_device_run_traces_its_init_once(monkeypatch):
     """The memory check's `jax.eval_shape` of the init and the compile share one trace: a one-device run calls
     `base.initial_state` once (the memory check's estimate of its state is the init's own shapes)."""
