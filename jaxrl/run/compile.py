@@ -203,16 +203,16 @@ def _bytes(tree) -> int:
     return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree))
 
 
-def memory_parts(config, seeds: int = 1, state=None) -> dict[str, int]:
+def memory_parts(config, seeds: int = 1, init=None) -> dict[str, int]:
     """A rough lower bound, in bytes, of what a run holds at once, by part: "state" (the training state of every
-    seed, `jax.eval_shape` of the init, or `state` when the caller has it: parameters, optimiser state,
-    environment states, a replay buffer),
+    seed, `jax.eval_shape` of the jitted init, `init` when the caller has one (`make_init`), so that its trace
+    serves the compile too: parameters, optimiser state, environment states, a replay buffer),
     "gradients" (one more copy of the parameters), "rollout" (num_steps x num_envs steps of two observations,
     ~8 float32 scalars and the action; twice for minibatch learners, which shuffle a copy) and "activations"
     (the hidden layers' outputs of the actor and the critic over the largest batch one pass sees: a minibatch,
     the whole rollout, or a replay batch). Nothing is compiled or allocated."""
-    if state is None:
-        state = jax.eval_shape(make_init(base.algorithm_of(config), config), jax.random.split(jax.random.key(0), seeds))
+    init = make_init(base.algorithm_of(config), config) if init is None else init
+    state = jax.eval_shape(init, jax.random.split(jax.random.key(0), seeds))
     spec = envs.make(config.env, 1).spec
     obs_bytes = 4 * math.prod(spec.observation_shape)
     step_bytes = 2 * obs_bytes + 4 * (8 + (1 if spec.discrete else spec.action_dim))
@@ -276,13 +276,13 @@ def _gib(size: int) -> str:
     return f"{size / 2**30:.1f} GiB"
 
 
-def check_memory(config, seeds: int = 1, what: str = "", state=None) -> None:
+def check_memory(config, seeds: int = 1, what: str = "", init=None) -> None:
     """Raises ValueError, naming the flag to lower, when `estimate_memory(config, seeds)` exceeds the device's
-    memory (`device_memory`). `state`: the abstract initial state, when the caller has it (`memory_parts`)."""
+    memory (`device_memory`). `init`: the run's jitted init, when the caller has it (`memory_parts`)."""
     have, where = device_memory()
     if have is None:
         return
-    parts = memory_parts(config, seeds, state)
+    parts = memory_parts(config, seeds, init)
     need = sum(parts.values())
     if need > have:
         shown = ", ".join(f"{name} {_gib(size)}" for name, size in parts.items())

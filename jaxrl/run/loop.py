@@ -192,8 +192,7 @@ def validate_run(algo: Algorithm, config, options: RunOptions | None = None, **f
         raise ValueError("resume=True needs the run_dir to resume from.")
     mesh = None if mesh is not None and mesh.size == 1 else mesh
     init = make_init(algo, config) if mesh is None else None
-    state = None if init is None else jax.eval_shape(init, jax.random.split(jax.random.key(0), o.seeds))
-    check_memory(local, o.seeds, state=state)  # what one device holds
+    check_memory(local, o.seeds, init=init)  # what one device holds
     return Plan(algo, config, o, base.name_of(algo) if o.name is None else o.name, mesh, init)
 
 
