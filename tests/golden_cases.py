@@ -57,9 +57,9 @@ RECORD_DIR = GOLDEN_ROOT / cpu_kind()  # where this CPU's recordings go
 GOLDEN_DIR = RECORD_DIR if RECORD_DIR.is_dir() else GOLDEN_ROOT / vector_isa()  # what this CPU replays
 
 
-# XLA's default LLVM optimisation level, which the recordings were made at; test processes compile at a lower one
-# (tests/conftest.py) and the cases ask for the default back
-XLA_DEFAULT = {"xla_backend_optimization_level": 3}
+# XLA's default LLVM optimisation level and CPU fusion emitters, which the recordings were made with; test processes
+# compile with others (tests/conftest.py) and the cases ask for the defaults back
+XLA_DEFAULT = {"xla_backend_optimization_level": 3, "xla_cpu_use_fusion_emitters": True}
 
 # DQN's defaults when its cases were recorded (they changed for stability on long runs: see
 # benchmarks/results/dqn_defaults.md)
