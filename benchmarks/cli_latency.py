@@ -1,6 +1,8 @@
 """How fast the command line answers: wall seconds of `jaxrl --help`, `jaxrl train ppo --help`, a mistyped
 algorithm (`jaxrl train PPO`, a one-line error), a bad flag value (both answered by the parser, before JAX
-starts) and a value the algorithm's Config refuses (answered once JAX and the algorithm are imported); the seconds
+starts), a value the algorithm's Config refuses (answered once JAX and the algorithm are imported) and a run
+folder the command cannot use (a missing --resume folder, a --run-dir that holds a run: answered before JAX
+starts); the seconds
 until `jaxrl train ppo` prints its first status line on a terminal (a pseudo-terminal here) and until its progress
 bar first moves; and the compile seconds of a run with a cold persistent compilation cache, of a rerun, and of a
 resume.
@@ -41,6 +43,18 @@ COMMANDS = {
     "jaxrl train ppo --num-envs x (bad value)": ["train", "ppo", "--num-envs", "x"],
     "jaxrl train ppo --learning-rate -1 (refused by the Config)": ["train", "ppo", "--learning-rate", "-1"],
 }
+
+
+def folder_commands(tmp: Path) -> dict[str, list[str]]:
+    """The folder refusals, on folders made under `tmp`: a missing one and one that holds a finished run."""
+    run = tmp / "finished"
+    run.mkdir()
+    (run / "config.json").write_text('{"algo": "ppo", "config": {}, "seeds": 1, "seed": 0}')
+    (run / "summary.json").write_text("{}")
+    return {
+        "jaxrl train ppo --resume MISSING (no such run folder)": ["train", "ppo", "--resume", str(tmp / "missing")],
+        "jaxrl train ppo --run-dir RUN (holds a run)": ["train", "ppo", "--run-dir", str(run)],
+    }
 
 
 def answer_s(args: list[str]) -> float:
@@ -122,10 +136,11 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
-    times: dict[str, list[float]] = {name: [] for name in [*COMMANDS, "first status line", "progress bar moves"]}
     with tempfile.TemporaryDirectory() as tmp:
+        commands = {**COMMANDS, **folder_commands(Path(tmp))}
+        times: dict[str, list[float]] = {name: [] for name in [*commands, "first status line", "progress bar moves"]}
         for repeat in range(args.repeats):
-            for name, command in COMMANDS.items():
+            for name, command in commands.items():
                 times[name].append(answer_s(command))
             first, moved = first_lines_s(os.path.join(tmp, f"run{repeat}"))
             times["first status line"].append(first)

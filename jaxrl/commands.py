@@ -56,8 +56,24 @@ def status(args, text: str) -> None:
         print(f"jaxrl {args.command} {args.algo}: {text}", file=sys.stderr, flush=True)
 
 
+def check_run_folder(args, new_dir: str | None) -> None:
+    """Refuses, in one line and before JAX starts, a folder the command cannot use: a --resume folder that is not a
+    run folder (or, for train, holds another algorithm's run), or, in a run of one process, the new run's named
+    folder `new_dir` when it is a file or holds a run. The run checks again when it claims its folder."""
+    from jaxrl.run import folder
+
+    if args.resume:
+        if args.command == "train":
+            folder.resumed_run(Path(args.resume), args.algo)
+        else:
+            folder.read_run_folder(Path(args.resume))
+    elif new_dir is not None and args.coordinator is None and args.num_processes == 1:
+        folder.check_new_run_dir(Path(new_dir))
+
+
 def train_command(args) -> int:
     """`jaxrl train ALGO ...` (or `--resume RUN_DIR`): validates, names the run folder, trains, prints the summary."""
+    check_run_folder(args, args.run_dir)
     status(args, f"starting JAX and {args.algo}")
     from jaxrl.algos import ALGORITHMS
     from jaxrl.algos.base import to_dict
@@ -178,13 +194,14 @@ def run_sweep(args) -> int:
 
 def eval_command(args) -> int:
     """`jaxrl eval RUN_DIR`: the latest checkpoint of every seed (a population's: every member) on fresh episodes."""
+    from jaxrl.run.folder import read_run_folder
+
+    population = "pbt" in read_run_folder(Path(args.run_dir))  # before JAX starts: a wrong folder is refused at once
     from jaxrl.pbt.runner import evaluate_folder
     from jaxrl.run.evaluate import evaluate_checkpoint
-    from jaxrl.run.folder import read_run_folder
     from jaxrl.run.hosts import check_backend
 
     check_backend()
-    population = "pbt" in read_run_folder(Path(args.run_dir))
     evaluate_run = evaluate_folder if population else evaluate_checkpoint
     for line in evaluate_run(Path(args.run_dir), args.episodes, args.seed):
         print(line)  # each as soon as it is measured
@@ -241,9 +258,13 @@ def _pbt_settings(args, module):
 def pbt_command(args) -> int:
     """`jaxrl pbt ALGO ...` (or `--resume DIR`): one population in compiled chunks with checkpoints, over the
     devices of one or several processes; process 0 writes its folder to --out and prints the summary."""
+    try:
+        check_run_folder(args, args.out)
+    except ValueError as error:
+        return _pbt_refusal(error)
     from jaxrl import pbt
     from jaxrl.algos import ALGORITHMS
-    from jaxrl.run import checkpoint, folder, loop
+    from jaxrl.run import checkpoint, loop
 
     module = ALGORITHMS[args.algo]
     start_jax(args, "pbt")
@@ -266,15 +287,25 @@ def pbt_command(args) -> int:
             print(f"jaxrl: {stop.explain(args.algo, bool(args.resume), command='pbt')}", file=sys.stderr)
         return stop.exit_status
     except (TypeError, ValueError, checkpoint.CheckpointError) as error:
-        text = one_line(error)
-        if isinstance(error, folder.RunDirError):  # the run folder's messages name jaxrl train's flag
-            text = text.replace("--run-dir", "--out")
-        print(f"jaxrl: error: {text}", file=sys.stderr)
-        return 2
+        return _pbt_refusal(error)
     return 0
 
 
+def _pbt_refusal(error: BaseException) -> int:
+    """`jaxrl pbt`'s one-line error (exit 2); the run folder's messages name jaxrl train's flag, here --out."""
+    from jaxrl.run.folder import RunDirError
+
+    text = one_line(error)
+    if isinstance(error, RunDirError):
+        text = text.replace("--run-dir", "--out")
+    print(f"jaxrl: error: {text}", file=sys.stderr)
+    return 2
+
+
 def render_command(args) -> int:
+    from jaxrl.run.folder import read_run_folder
+
+    read_run_folder(Path(args.run_dir))  # before JAX starts: a wrong folder is refused at once
     from jaxrl.render import prefer_offscreen_gl, render_run
 
     prefer_offscreen_gl()  # before anything imports MuJoCo

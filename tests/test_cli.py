@@ -248,6 +248,44 @@ def test_a_config_error_loads_no_distribution_library():
     assert done.stderr.strip() == "jaxrl: error: Config.learning_rate: got -1.0, must be > 0.0."
 
 
+def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
+    """A --resume folder that is missing, is not a run folder or holds another algorithm's run, a new run's
+    --run-dir (pbt: --out) that is a file or holds a run, and a folder given to eval or render that is not a run
+    folder: each is one line (exit 2) from a process that never imports JAX, an algorithm or orbax."""
+    run, empty, file, missing = tmp_path / "run", tmp_path / "empty", tmp_path / "file", tmp_path / "missing"
+    run.mkdir()
+    empty.mkdir()
+    file.write_text("not a folder")
+    (run / "config.json").write_text(json.dumps({"algo": "ppo", "config": {}, "seeds": 1, "seed": 0}))
+    (run / "summary.json").write_text("{}")  # a finished run: a new run would overwrite it
+    cases = [
+        (["train", "ppo", "--resume", missing], f"{missing}: no such run folder."),
+        (["train", "ppo", "--resume", empty], f"{empty} is not a run folder (no config.json)."),
+        (["train", "dqn", "--resume", run], f"--resume {run}: it is a ppo run; continue it with jaxrl train ppo"),
+        (["train", "ppo", "--run-dir", run], f"run folder {run} already holds a run (config.json, summary.json)"),
+        (["train", "ppo", "--run-dir", file], f"run folder {file} is a file; choose another --run-dir."),
+        (["pbt", "ppo", "--out", run], "or choose a new --out."),
+        (["pbt", "ppo", "--resume", empty], f"{empty} is not a run folder (no config.json)."),
+        (["eval", missing], f"{missing}: no such run folder."),
+        (["render", empty], f"{empty} is not a run folder (no config.json)."),
+    ]
+    code = (
+        "import sys, jaxrl.cli\n"
+        f"for argv in {[[str(a) for a in argv] for argv, _ in cases]!r}:\n"
+        "    print(jaxrl.cli.main(argv))\n"
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'jaxrl.algos', 'orbax'))))"
+    )
+    done = python_c(code)
+    assert done.stdout.split() == ["2"] * len(cases) + ["[]"], done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == len(cases), done.stderr
+    for line, (argv, message) in zip(lines, cases, strict=True):
+        assert line.startswith("jaxrl: error: ") and message in line, (argv, line)
+    assert file.read_text() == "not a folder" and sorted(p.name for p in run.iterdir()) == [
+        "config.json", "summary.json"
+    ]  # fmt: skip
+
+
 @pytest.mark.extended
 def test_quiet_leaves_the_summary_alone_on_a_terminal(tmp_path, monkeypatch, capsys):
     """On a terminal `jaxrl train` shows status lines and the progress bar; with --quiet neither: stderr stays

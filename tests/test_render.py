@@ -2,6 +2,7 @@
 animations and contact sheets are written, checkpoints are only read, and errors are one line."""
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -90,6 +91,12 @@ def test_an_env_without_a_renderer_is_one_line(env_id):
         render.play(env_id, uniform(3), jax.random.key(0))
 
 
+def run_folder(tmp_path):
+    """A folder that reads as a run folder (its config.json), for a test that fakes the restore itself."""
+    (tmp_path / "config.json").write_text(json.dumps({"algo": "ppo", "config": {}, "seeds": 1, "seed": 0}))
+    return tmp_path
+
+
 def test_cli_refuses_an_env_without_a_renderer_in_one_line(tmp_path, monkeypatch, capsys):
     from types import SimpleNamespace
 
@@ -98,7 +105,7 @@ def test_cli_refuses_an_env_without_a_renderer_in_one_line(tmp_path, monkeypatch
 
     config = SimpleNamespace(env="DeepSea-bsuite")
     monkeypatch.setattr(evaluate, "restore_latest", lambda run_dir: ({"algo": "ppo"}, None, config, 1, None))
-    status = cli.main(["render", str(tmp_path), "--out", str(tmp_path / "episode.gif")])
+    status = cli.main(["render", str(run_folder(tmp_path)), "--out", str(tmp_path / "episode.gif")])
     err = capsys.readouterr().err
     assert status == 2 and err.startswith("jaxrl: error: DeepSea-bsuite: no renderer"), err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -125,7 +132,7 @@ def test_mujoco_suites_refuse_in_one_line_when_their_renderer_cannot_start(tmp_p
     assert "\n" not in str(e.value)
     config = SimpleNamespace(env="brax:inverted_pendulum")
     monkeypatch.setattr(evaluate, "restore_latest", lambda run_dir: ({"algo": "ppo"}, None, config, 1, None))
-    status = cli.main(["render", str(tmp_path), "--out", str(tmp_path / "episode.gif")])
+    status = cli.main(["render", str(run_folder(tmp_path)), "--out", str(tmp_path / "episode.gif")])
     err = capsys.readouterr().err
     assert status == 2 and err.startswith("jaxrl: error: brax:inverted_pendulum: MuJoCo's renderer"), err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "episode.gif").exists()

@@ -31,6 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl.run import hosts
+from jaxrl.run.checkpoint_steps import CHECKSUMS, latest_iteration  # noqa: F401 (latest_iteration: importable here)
+from jaxrl.run.checkpoint_steps import steps as _steps
 
 
 class CheckpointError(RuntimeError):
@@ -70,7 +72,6 @@ def with_empty(tree, like):
     return jax.tree.map(fill, tree, like, is_leaf=lambda x: x is None)
 
 
-CHECKSUMS = "checksums.json"
 QUIET_S = 0.2  # a failed save's leftovers count as removed once absent this long (see _remove_unfinished)
 
 
@@ -211,13 +212,6 @@ def _remove_unfinished(directory: Path, iteration: int, patience_s: float = 10.0
         time.sleep(0.02)
 
 
-def _steps(directory: Path) -> list[int]:
-    """The finished checkpoints (orbax's step folders), oldest first."""
-    if not directory.is_dir():
-        return []
-    return sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
-
-
 def _discard_incomplete(directory: Path) -> None:
     """Removes step folders newer than the latest verified one that have no checksums: saves a kill cut short
     after orbax's finalisation (the run resumed from the verified one and will write these steps again)."""
@@ -284,17 +278,6 @@ def save(
     except BaseException:
         _remove_unfinished(directory, iteration)
         raise
-
-
-def latest_iteration(directory: str | Path) -> int | None:
-    """The latest complete checkpoint: the newest step folder with its checksums (a kill between orbax's
-    finalisation and the checksums leaves an unverifiable step, skipped). A folder written before checksums
-    existed (no step has them) gives its latest step, restored unverified."""
-    steps = _steps(Path(directory))
-    verified = [s for s in steps if (Path(directory) / str(s) / CHECKSUMS).exists()]
-    if verified:
-        return verified[-1]
-    return steps[-1] if steps else None
 
 
 def restore(

@@ -7,6 +7,9 @@ A run folder has one owner: `run.lock` (PID and host) while a run is live; a loc
 host) is stale and taken over. A new run never writes into a folder that holds a run (config.json,
 metrics.csv, checkpoints/ or summary.json): it refuses with RunDirError, except a run that stopped before its
 first checkpoint (`never_checkpointed`: nothing to resume), which a new run or a resume starts over.
+
+Importing this module starts no JAX, so the command line refuses a folder it cannot use (`check_new_run_dir`,
+`resumed_run`, `read_run_folder`) at once, before it starts JAX.
 """
 
 from __future__ import annotations
@@ -23,9 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jaxrl.algos.base import to_dict
-from jaxrl.run import hosts
-from jaxrl.run.checkpoint import CheckpointError, differences, latest_iteration
+from jaxrl.catalog import CATALOG
+from jaxrl.run.checkpoint_steps import latest_iteration
 
 
 class RunDirError(ValueError):
@@ -218,11 +220,7 @@ def claim_new(run_dir: Path) -> tuple[RunLock, list[Path], bool]:
     """Creates (or takes an empty) run folder for a new run and locks it; returns the lock, what was created
     (removed again if the run stops before its first chunk) and whether it starts over a run that never
     checkpointed (`never_checkpointed`)."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirError(f"run folder {run_dir} is a file; choose another --run-dir.")
-    existing = holds_run(run_dir) if run_dir.is_dir() else []
-    if existing and not never_checkpointed(run_dir):
-        raise RunDirError(_holds_message(run_dir, existing))
+    check_new_run_dir(run_dir)
     created = [p for p in [*reversed(run_dir.parents), run_dir] if not p.exists()]
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -244,6 +242,17 @@ def claim_new(run_dir: Path) -> tuple[RunLock, list[Path], bool]:
     return lock, created, restart
 
 
+def check_new_run_dir(run_dir: Path) -> None:
+    """RunDirError (one line) when a new run cannot take `run_dir`: it is a file, or it holds a run that checkpointed
+    (a run that never did is started over). `claim_new` checks again under the folder's lock."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"run folder {run_dir} is a file; choose another --run-dir.")
+    existing = holds_run(run_dir) if run_dir.is_dir() else []
+    if existing and not never_checkpointed(run_dir):
+        raise RunDirError(_holds_message(run_dir, existing))
+
+
 def _holds_message(run_dir: Path, existing: list[str]) -> str:
     return (
         f"run folder {run_dir} already holds a run ({', '.join(existing)}); continue it with --resume {run_dir} "
@@ -254,6 +263,8 @@ def _holds_message(run_dir: Path, existing: list[str]) -> str:
 def claim_resume(run_dir: Path, info: dict) -> tuple[RunLock, bool]:
     """Locks the run folder of a resume and checks its config.json against `info` (nothing is written); returns
     the lock and whether the run starts over (it never checkpointed: `never_checkpointed`, `start_over`)."""
+    from jaxrl.run.checkpoint import CheckpointError, differences
+
     if not (run_dir / "config.json").is_file():
         raise CheckpointError(f"no checkpoint in {run_dir}: it is not a run folder (no config.json).")
     lock = RunLock(run_dir)
@@ -308,6 +319,8 @@ def remove(created: list[Path], files: list[Path]) -> None:
 
 def run_info(algo_name, seeds, seed, config, eval_every, eval_episodes) -> dict:
     """The content of a run's config.json: the algorithm, seeds, base seed, Config and evaluation setting."""
+    from jaxrl.algos.base import to_dict
+
     info = {"algo": algo_name, "seeds": seeds, "seed": seed, "config": to_dict(config)}
     if eval_every:  # changes the metrics a checkpoint holds, so a resume must use the same setting
         info["eval"] = {"every": eval_every, "episodes": eval_episodes}
@@ -339,6 +352,8 @@ class Claim:
 def claim(run_dir: Path | None, resume: bool, info: dict) -> Claim:
     """Claims `run_dir` for a run with config.json `info` (process 0 does; the others wait for it): a resume
     locks it and checks its config.json (`claim_resume`), a new run creates and locks it (`claim_new`)."""
+    from jaxrl.run import hosts
+
     if run_dir is None:
         return Claim()
     if resume:
@@ -351,8 +366,6 @@ def claim(run_dir: Path | None, resume: bool, info: dict) -> Claim:
 
 def read_run_folder(run_dir: Path) -> dict:
     """A run folder's config.json; ValueError (one line) when `run_dir` is missing or is not a run folder."""
-    from jaxrl.algos import ALGORITHMS
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ValueError(f"{run_dir}: no such run folder.")
@@ -363,7 +376,7 @@ def read_run_folder(run_dir: Path) -> dict:
         saved = json.loads(path.read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"{path} cannot be read: {error}") from error
-    if not isinstance(saved, dict) or saved.get("algo") not in ALGORITHMS or "config" not in saved:
+    if not isinstance(saved, dict) or saved.get("algo") not in CATALOG or "config" not in saved:
         raise ValueError(f"{path} is not a jaxrl run's config (no known 'algo' and 'config').")
     problem = _config_json_problem(saved)
     if problem:
@@ -427,18 +440,27 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def resume_settings(run_dir: Path, algo_name: str, given: dict) -> tuple[Any, dict]:
-    """(Config, {seeds, seed, eval_every, eval_episodes}) of resuming `run_dir` as an `algo_name` run, from its
-    config.json. `given`: the settings given for the resume ({Config field or RUN_DEFAULTS name: value}); one
-    with a value different from the run's is refused (naming each such flag). Settings that change no number
-    (RESUME_FREE: --chunks, --checkpoint-every, --no-progress, ...) are not compared."""
-    run_dir = Path(run_dir)
+def resumed_run(run_dir: Path, algo_name: str) -> dict:
+    """The config.json of a run folder that `jaxrl train ALGO --resume` continues; ValueError (one line) when it
+    is not a run folder (`read_run_folder`) or holds another algorithm's run."""
     saved = read_run_folder(run_dir)
     if saved["algo"] != algo_name:
         raise ValueError(
             f"--resume {run_dir}: it is a {saved['algo']} run; continue it with jaxrl train {saved['algo']} "
             f"--resume {run_dir}."
         )
+    return saved
+
+
+def resume_settings(run_dir: Path, algo_name: str, given: dict) -> tuple[Any, dict]:
+    """(Config, {seeds, seed, eval_every, eval_episodes}) of resuming `run_dir` as an `algo_name` run, from its
+    config.json. `given`: the settings given for the resume ({Config field or RUN_DEFAULTS name: value}); one
+    with a value different from the run's is refused (naming each such flag). Settings that change no number
+    (RESUME_FREE: --chunks, --checkpoint-every, --no-progress, ...) are not compared."""
+    from jaxrl.algos.base import to_dict
+
+    run_dir = Path(run_dir)
+    saved = resumed_run(run_dir, algo_name)
     _, config, seeds, seed = load_run_config(run_dir, saved)
     stored_eval = saved.get("eval") or {"every": 0, "episodes": RUN_DEFAULTS["eval_episodes"]}
     stored = {**to_dict(config), "seeds": seeds, "seed": seed, "eval_every": stored_eval["every"]}
