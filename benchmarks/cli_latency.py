@@ -1,8 +1,8 @@
 """How fast the command line answers: wall seconds of `jaxrl --help`, `jaxrl train ppo --help`, a mistyped
-algorithm (`jaxrl train PPO`, a one-line error), a bad flag value (both answered by the parser, before JAX
-starts), a value the algorithm's Config refuses (answered once JAX and the algorithm are imported) and a run
-folder the command cannot use (a missing --resume folder, a --run-dir that holds a run: answered before JAX
-starts); the seconds
+algorithm (`jaxrl train PPO`, a one-line error), a bad flag value (both answered by the parser), a value its
+field's own rule refuses (`jaxrl.field_rules`) and a run folder the command cannot use (a missing --resume folder,
+a --run-dir that holds a run), all answered before JAX starts, and a value only the whole Config refuses (a
+minibatch count that does not divide the batch: answered once JAX and the algorithm are imported); the seconds
 until `jaxrl train ppo` prints its first status line on a terminal (a pseudo-terminal here) and until its progress
 bar first moves; and the compile seconds of a run with a cold persistent compilation cache, of a rerun, and of a
 resume.
@@ -41,7 +41,8 @@ COMMANDS = {
     "jaxrl train ppo --help": ["train", "ppo", "--help"],
     "jaxrl train PPO (mistyped algorithm)": ["train", "PPO"],
     "jaxrl train ppo --num-envs x (bad value)": ["train", "ppo", "--num-envs", "x"],
-    "jaxrl train ppo --learning-rate -1 (refused by the Config)": ["train", "ppo", "--learning-rate", "-1"],
+    "jaxrl train ppo --learning-rate -1 (refused by its field's rule)": ["train", "ppo", "--learning-rate", "-1"],
+    "jaxrl train ppo --num-minibatches 7 (refused by the whole Config)": ["train", "ppo", "--num-minibatches", "7"],
 }
 
 

@@ -56,6 +56,17 @@ def status(args, text: str) -> None:
         print(f"jaxrl {args.command} {args.algo}: {text}", file=sys.stderr, flush=True)
 
 
+def check_config_flags(args) -> None:
+    """Refuses, in one line and before JAX starts, a Config flag whose value breaks its field's own rule (a range,
+    an integer's minimum, a choice: `jaxrl.field_rules`). The algorithm's `validate` checks the whole Config
+    once JAX has started: the fields together, and the env."""
+    from jaxrl import field_rules
+    from jaxrl.catalog import CATALOG
+
+    given = (name for name, *_ in CATALOG[args.algo]["fields"] if hasattr(args, name))
+    field_rules.check_values({name: getattr(args, name) for name in given})
+
+
 def check_run_folder(args, new_dir: str | None) -> None:
     """Refuses, in one line and before JAX starts, a folder the command cannot use: a --resume folder that is not a
     run folder (or, for train, holds another algorithm's run), or, in a run of one process, the new run's named
@@ -73,6 +84,7 @@ def check_run_folder(args, new_dir: str | None) -> None:
 
 def train_command(args) -> int:
     """`jaxrl train ALGO ...` (or `--resume RUN_DIR`): validates, names the run folder, trains, prints the summary."""
+    check_config_flags(args)
     check_run_folder(args, args.run_dir)
     status(args, f"starting JAX and {args.algo}")
     from jaxrl.algos import ALGORITHMS
@@ -141,6 +153,7 @@ def train_command(args) -> int:
 def run_sweep(args) -> int:
     """`jaxrl sweep ALGO ...`: one compiled program over configs x seeds, sharded over the devices of one or
     several processes; process 0 writes results.csv, summary.csv and sweep.json to --out."""
+    check_config_flags(args)
     from jaxrl import sweep
     from jaxrl.algos import ALGORITHMS
     from jaxrl.algos.base import to_dict
@@ -259,6 +272,7 @@ def pbt_command(args) -> int:
     """`jaxrl pbt ALGO ...` (or `--resume DIR`): one population in compiled chunks with checkpoints, over the
     devices of one or several processes; process 0 writes its folder to --out and prints the summary."""
     try:
+        check_config_flags(args)
         check_run_folder(args, args.out)
     except ValueError as error:
         return _pbt_refusal(error)

@@ -248,6 +248,24 @@ def test_a_config_error_loads_no_distribution_library():
     assert done.stderr.strip() == "jaxrl: error: Config.learning_rate: got -1.0, must be > 0.0."
 
 
+def refused_before_jax(cases: list[tuple[list, str]]) -> None:
+    """Runs each (argv, message) of `cases` through `jaxrl.cli.main` in one fresh process, and checks that each
+    exits 2 with one line `jaxrl: error: ...` holding its message, and that JAX, the algorithms and orbax were
+    never imported."""
+    code = (
+        "import sys, jaxrl.cli\n"
+        f"for argv in {[[str(a) for a in argv] for argv, _ in cases]!r}:\n"
+        "    print(jaxrl.cli.main(argv))\n"
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'jaxrl.algos', 'orbax'))))"
+    )
+    done = python_c(code)
+    assert done.stdout.split() == ["2"] * len(cases) + ["[]"], done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == len(cases), done.stderr
+    for line, (argv, message) in zip(lines, cases, strict=True):
+        assert line.startswith("jaxrl: error: ") and message in line, (argv, line)
+
+
 def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
     """A --resume folder that is missing, is not a run folder or holds another algorithm's run, a new run's
     --run-dir (pbt: --out) that is a file or holds a run, and a folder given to eval or render that is not a run
@@ -269,21 +287,27 @@ def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
         (["eval", missing], f"{missing}: no such run folder."),
         (["render", empty], f"{empty} is not a run folder (no config.json)."),
     ]
-    code = (
-        "import sys, jaxrl.cli\n"
-        f"for argv in {[[str(a) for a in argv] for argv, _ in cases]!r}:\n"
-        "    print(jaxrl.cli.main(argv))\n"
-        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'jaxrl.algos', 'orbax'))))"
-    )
-    done = python_c(code)
-    assert done.stdout.split() == ["2"] * len(cases) + ["[]"], done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == len(cases), done.stderr
-    for line, (argv, message) in zip(lines, cases, strict=True):
-        assert line.startswith("jaxrl: error: ") and message in line, (argv, line)
+    refused_before_jax(cases)
     assert file.read_text() == "not a folder" and sorted(p.name for p in run.iterdir()) == [
         "config.json", "summary.json"
     ]  # fmt: skip
+
+
+def test_a_flag_value_its_field_refuses_is_refused_before_jax_starts():
+    """A Config flag whose value breaks its field's own rule (a range, an integer's minimum, a choice) is refused
+    by train, sweep and pbt in the words `validate` uses, before JAX starts; a value that passes starts JAX
+    (the Config as a whole is checked there)."""
+    cases = [
+        (["train", "ppo", "--learning-rate", "-1"], "Config.learning_rate: got -1.0, must be > 0.0."),
+        (["train", "ppo", "--gamma", "1.5"], "Config.gamma: got 1.5, must be <= 1.0."),
+        (["train", "ppo", "--num-envs", "0"], "Config.num_envs: got 0, must be an integer >= 1."),
+        (["train", "ppo", "--activation", "sigmoid"], "Config.activation: 'sigmoid' is not one of tanh, relu,"),
+        (["train", "dqn", "--tau", "0", "--resume", "anywhere"], "Config.tau: got 0.0, must be > 0.0."),
+        (["train", "sac", "--alpha-learning-rate", "0"], "Config.alpha_learning_rate: got 0.0, must be > 0.0."),
+        (["sweep", "grpo", "--kl-reference", "latest"], "Config.kl_reference: 'latest' is not one of none,"),
+        (["pbt", "ppo", "--ent-coef", "-0.01"], "Config.ent_coef: got -0.01, must be >= 0.0."),
+    ]
+    refused_before_jax(cases)
 
 
 @pytest.mark.extended

@@ -44,6 +44,7 @@ LAYERS = {
     "scores": 1,
     "pbt": 3,
     "envs": 0,
+    "field_rules": 0,  # each Config field's own rule: imports nothing, so flags are checked before JAX starts
     "suites": 0,  # the former spelling of jaxrl.envs.suites: imports nothing, fails naming the new one
     "__init__": 5,  # jaxrl/__init__.py re-exports the public surface
 }

@@ -18,7 +18,7 @@ import jax
 from flax import struct
 
 from jaxrl import estimators
-from jaxrl.algos.base import check_choice, check_int, hyper, make_train, shared, static, takes_setup, train  # noqa: F401 (re-exports)
+from jaxrl.algos.base import hyper, make_train, shared, static, takes_setup, train  # noqa: F401 (re-exports)
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy, init  # noqa: F401 (the module's surface)
 from jaxrl.rollout import episode_metrics
@@ -47,8 +47,6 @@ class Config(ac.Config):
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
     ac.validate(config)
-    check_choice(config, "advantage", ADVANTAGES)
-    check_int(config, "n_step", 0)
 
 
 setup = ac.setup  # the env batch and the actor-critic network

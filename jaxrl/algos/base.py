@@ -24,11 +24,10 @@ import jax
 import numpy as np
 from flax import struct
 
-from jaxrl import parallel
+from jaxrl import field_rules, parallel
 from jaxrl.envs import check_env_id
-from jaxrl.networks import ACTIVATIONS, TORSOS
+from jaxrl.field_rules import check  # noqa: F401 (the validators' `check`, re-exported)
 from jaxrl.networks.gtrxl import GTrXLCore
-from jaxrl.networks.recurrent import CORES
 
 # ---------------------------------------------------------------------------------------------------------
 # The protocol and the registry
@@ -329,58 +328,32 @@ def host_array(value):
     return None
 
 
-def _shown(values: np.ndarray):
-    return values.item() if values.size == 1 else values.tolist()
-
-
-def check(condition: bool, field: str, message: str) -> None:
-    if not condition:
-        raise ValueError(f"Config.{field}: {message}")
-
-
 def check_range(config, field: str, low=None, high=None, low_open=False) -> None:
     """`low <= value <= high` (`low < value` with `low_open`) for a host-known value, every element of a
     concrete array (a stacked sweep Config) included; traced values are checked by nobody."""
     values = host_array(getattr(config, field))
-    if values is None:
-        return
-    if low is not None:
-        ok = bool(np.all(values > low if low_open else values >= low))
-        check(ok, field, f"got {_shown(values)}, must be {'>' if low_open else '>='} {low}.")
-    if high is not None:
-        check(bool(np.all(values <= high)), field, f"got {_shown(values)}, must be <= {high}.")
+    if values is not None:
+        field_rules.check_range(field, values, low, high, low_open)
 
 
 def check_choice(config, field: str, allowed) -> None:
-    value = getattr(config, field)
-    check(value in allowed, field, f"{value!r} is not one of {', '.join(map(str, allowed))}.")
+    field_rules.check_choice(field, getattr(config, field), allowed)
+
+
+def check_int(config, field: str, minimum: int = 1) -> None:
+    field_rules.check_int(field, getattr(config, field), minimum)
 
 
 def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def check_int(config, field: str, minimum: int = 1) -> None:
-    value = getattr(config, field)
-    ok = _is_int(value) and value >= minimum
-    check(ok, field, f"got {value!r}, must be an integer >= {minimum}.")
-
-
-# Naming conventions the generic checks rely on: a `*_coef` is a non-negative weight, a `learning_rate` or
-# `*_learning_rate` a positive step size.
-def _sign_rule(name: str) -> tuple[float, bool] | None:
-    if name.endswith("_coef"):
-        return 0.0, False
-    if name == "learning_rate" or name.endswith("_learning_rate"):
-        return 0.0, True
-    return None
-
-
 def check_fields(config) -> None:
-    """The type of every field, from its default: a `hyper` field holds one finite real number (a Python or NumPy
-    number, or a concrete array of shape (); a tracer passes when its shape is ()), `*_coef` fields are >= 0 and
-    learning rates > 0; a `static` field holds a value of its default's type (int, float, bool, str), finite when
-    a float, and tuples of ints (`hidden_sizes`) hold positive integers."""
+    """The type of every field, from its default, then its rule (`jaxrl.field_rules`: a range, an integer's
+    minimum or its choices, by the field's name). A `hyper` field holds one finite real number (a Python or NumPy
+    number, or a concrete array of shape (); a tracer passes when its shape is ()); a `static` field holds a value
+    of its default's type (int, float, bool, str), finite when a float, and tuples of ints (`hidden_sizes`) hold
+    positive integers."""
     for field in dataclasses.fields(config):
         name, value, default = field.name, getattr(config, field.name), field.default
         if not is_static(field):
@@ -398,11 +371,14 @@ def check_fields(config) -> None:
             check(real, name, f"got {value!r} ({type(value).__name__}), must be a real number.")
             takes_inf = field.metadata.get("takes_inf", False)
             finite = np.isfinite(values) | (takes_inf & (values == np.inf))
-            check(bool(finite.all()), name, f"got {_shown(values)}, must be a finite number{' or inf' * takes_inf}.")
-            rule = _sign_rule(name)
-            if rule is not None:
-                check_range(config, name, rule[0], low_open=rule[1])
-        elif isinstance(default, bool):
+            check(
+                bool(finite.all()),
+                name,
+                f"got {field_rules.shown(values)}, must be a finite number{' or inf' * takes_inf}.",
+            )
+            field_rules.check_value(name, values)
+            continue
+        if isinstance(default, bool):
             check(isinstance(value, (bool, np.bool_)), name, f"got {value!r}, must be true or false.")
         elif isinstance(default, int):
             check(_is_int(value), name, f"got {value!r} ({type(value).__name__}), must be an integer.")
@@ -414,24 +390,20 @@ def check_fields(config) -> None:
         elif isinstance(default, tuple) and all(_is_int(x) for x in default):
             ok = isinstance(value, (tuple, list)) and all(_is_int(x) and x >= 1 for x in value)
             check(ok, name, f"got {value!r}, must be positive integers (e.g. 64,64).")
+        field_rules.check_value(name, value)
 
 
-def check_common(config, positive_ints: tuple[str, ...]) -> None:
-    """The checks every algorithm's `validate` shares: a registered env id, positive integer fields, at least
-    one iteration in `total_timesteps`, a known activation, and `check_fields` (the type, finiteness and sign
-    of every field)."""
+def check_common(config) -> None:
+    """The checks every algorithm's `validate` shares: `check_fields` (each field's type and rule), a registered
+    env id and at least one iteration in `total_timesteps`."""
     check_fields(config)
     check_env_id(config.env)
-    check_int(config, "total_timesteps", 1)
-    for name in positive_ints:
-        check_int(config, name, 1)
     check(
         config.total_timesteps // config.env_steps_per_iteration >= 1,
         "total_timesteps",
         f"{config.total_timesteps} is less than one iteration (num_envs * num_steps = "
         f"{config.env_steps_per_iteration}).",
     )
-    check_choice(config, "activation", tuple(ACTIVATIONS))
 
 
 def check_divides(config, field: str, batch: int | None = None, what: str = "num_envs * num_steps") -> None:
@@ -460,7 +432,6 @@ def check_action_space(config, discrete: bool, wanted: bool, algorithm: str) -> 
 def check_replay(config, window: int) -> None:
     """The checks a replay-based learner shares: `learning_starts` leaves env steps to learn from, and
     `buffer_size` is a multiple of `num_envs` holding at least `window` steps per env."""
-    check_int(config, "learning_starts", 0)
     check(
         config.learning_starts < config.num_iterations * config.env_steps_per_iteration,
         "learning_starts",
@@ -481,8 +452,7 @@ def check_replay(config, window: int) -> None:
 
 
 def check_torso(config, observation_shape) -> None:
-    """`torso` is known, and an image torso gets image observations [H, W, C]."""
-    check_choice(config, "torso", TORSOS)
+    """An image torso gets image observations [H, W, C] (`check_fields` checks that `torso` is known)."""
     check(
         config.torso == "mlp" or len(observation_shape) == 3,
         "torso",
@@ -497,10 +467,9 @@ def recurrent(config) -> bool:
 
 
 def check_core(config) -> None:
-    """`core` is known, `core_size` positive, and a recurrent learner's `num_minibatches` (where it has one)
-    divides `num_envs` (its minibatches are whole environment sequences)."""
-    check_choice(config, "core", CORES)
-    check_int(config, "core_size", 1)
+    """A GTrXL core's width splits into its heads, and a recurrent learner's `num_minibatches` (where it has one)
+    divides `num_envs`: its minibatches are whole environment sequences. `check_fields` checks `core` and
+    `core_size` alone."""
     if config.core == "gtrxl":
         heads = GTrXLCore.num_heads
         check(

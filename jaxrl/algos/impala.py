@@ -41,9 +41,6 @@ from flax import struct
 from jaxrl import envs, estimators, lag, losses, parallel
 from jaxrl.algos.base import (  # noqa: F401 (re-exports make_train, train)
     check,
-    check_choice,
-    check_int,
-    check_range,
     hyper,
     make_train,
     recurrent,
@@ -86,8 +83,6 @@ class Config(ac.Config):
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
     ac.validate(config)
-    check_int(config, "behaviour_lag", 0)
-    check_choice(config, "critic", ("value", "q"))
     if config.critic == "q":
         check(
             envs.make(config.env, 1).spec.discrete,
@@ -99,9 +94,6 @@ def validate(config: Config) -> None:
         "core",
         f"core={config.core!r} is built for the V-trace critic; use critic='value' or core='none'.",
     )
-    check_range(config, "vtrace_lambda", 0.0, 1.0)
-    for name in ("clip_rho", "clip_c", "clip_pg_rho"):
-        check_range(config, name, 0.0, low_open=True)
 
 
 def make_network(config: Config, spec: envs.EnvSpec, box: envs.EnvSpec | None = None) -> ActorCritic | ActorQCritic:

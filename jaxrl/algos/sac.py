@@ -28,7 +28,7 @@ import optax
 from flax import struct
 
 from jaxrl import envs, parallel
-from jaxrl.algos.base import check, check_range, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import check, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import off_policy
 from jaxrl.networks import GaussianActor, squashed_gaussian
 
@@ -48,8 +48,6 @@ def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
     off_policy.validate(config, "SAC")
     check(isinstance(config.autotune, bool), "autotune", f"got {config.autotune!r}, must be True or False.")
-    check_range(config, "alpha", 0.0, low_open=True)
-    check_range(config, "alpha_learning_rate", 0.0, low_open=True)
 
 
 def setup(config: Config) -> Setup:

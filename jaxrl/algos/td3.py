@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 from flax import struct
 
-from jaxrl.algos.base import check_int, check_range, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import off_policy
 
 TrainState = off_policy.TrainState
@@ -37,9 +37,6 @@ class Config(off_policy.DPGConfig):
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
     off_policy.validate_dpg(config, "TD3")
-    check_int(config, "policy_delay", 1)
-    check_range(config, "policy_noise", 0.0)
-    check_range(config, "noise_clip", 0.0)
 
 
 def gradient_step(config: Config, networks: off_policy.Networks, state: TrainState, batch, key):

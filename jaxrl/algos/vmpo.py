@@ -36,7 +36,7 @@ import optax
 from flax import struct
 
 from jaxrl import losses, parallel
-from jaxrl.algos.base import check_range, hyper, make_train, shared, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl.algos.base import hyper, make_train, shared, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy  # noqa: F401 (the module's surface)
 from jaxrl.minibatch import minibatch_epochs
@@ -66,9 +66,6 @@ class Config(ac.Config):
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
     ac.validate(config)
-    for field in ("dual_learning_rate", "epsilon_eta", "epsilon_alpha", "epsilon_alpha_mu", "epsilon_alpha_sigma",
-                  "init_temperature", "init_alpha"):  # fmt: skip
-        check_range(config, field, 0.0, None, True)
 
 
 def init_duals(config: Config, discrete: bool) -> dict[str, jax.Array]:

@@ -37,11 +37,9 @@ from flax import struct
 from jaxrl import envs, estimators, lag, losses, optim, parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import (
-    check_choice,
     check_common,
     check_core,
     check_divides,
-    check_range,
     check_torso,
     recurrent,
     shared,
@@ -95,38 +93,17 @@ class TrainState:
     memory: RecurrentCarry | None = None  # a recurrent policy's hidden state and episode starts (None: no core)
 
 
-# field: (low, high, low_open), checked wherever a Config has the field
-RANGES = {
-    "learning_rate": (0.0, None, True),
-    "max_grad_norm": (0.0, None, True),
-    "clip_eps": (0.0, None, True),
-    "gamma": (0.0, 1.0, False),
-    "gae_lambda": (0.0, 1.0, False),
-    "ent_coef": (0.0, None, False),
-    "vf_coef": (0.0, None, False),
-}
-
-
-def validate(
-    config,
-    positive_ints: tuple[str, ...] = ("num_envs", "num_steps", "update_epochs", "num_minibatches"),
-    minibatches: str | None = "num_minibatches",
-    what: str = "num_envs * num_steps",
-) -> None:
-    """The family's checks: `base.check_common` on `positive_ints`, `minibatches` (unless None) divides the
-    rollout batch, a known optimiser, and each field of `RANGES` the config has in its range."""
-    check_common(config, positive_ints)
+def validate(config, minibatches: str | None = "num_minibatches", what: str = "num_envs * num_steps") -> None:
+    """The family's checks: `base.check_common` (each field's type and rule, the env id, one iteration at
+    least), `minibatches` (unless None) divides the rollout batch `what`, and the torso and the core fit the env."""
+    check_common(config)
     if minibatches is not None:
         check_divides(config, minibatches, what=what)
-    check_choice(config, "optimizer", optim.OPTIMIZERS)
     check_torso(config, envs.make(config.env, 1).spec.observation_shape)
     if hasattr(config, "core"):
         check_core(config)
     if getattr(config, "bound_mean", False) and recurrent(config):
         raise ValueError("bound_mean=True applies to the MLP policy only; set core='none' or bound_mean=False.")
-    for field, (low, high, low_open) in RANGES.items():
-        if hasattr(config, field):
-            check_range(config, field, low, high, low_open)
 
 
 def make_env(config):

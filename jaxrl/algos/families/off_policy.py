@@ -38,7 +38,6 @@ from jaxrl.algos.base import (
     check,
     check_action_space,
     check_common,
-    check_range,
     check_replay,
     hyper,
     shared,
@@ -138,8 +137,7 @@ def setup(config: Config, actor: type[nn.Module] = DeterministicActor) -> Setup:
 
 def validate(config: Config, name: str) -> None:
     """The checks the family shares; `name` (e.g. "TD3") goes into the discrete-env message."""
-    positive = ("num_envs", "num_steps", "buffer_size", "replay_batch_size", "updates_per_iteration", "num_critics")
-    check_common(config, positive)
+    check_common(config)
     check_replay(config, config.num_steps)
     check(
         all(isinstance(h, int) and h >= 1 for h in config.hidden_sizes),
@@ -147,16 +145,11 @@ def validate(config: Config, name: str) -> None:
         f"got {config.hidden_sizes!r}, must be positive integers.",
     )
     check_action_space(config, envs.make(config.env).spec.discrete, False, name)
-    check_range(config, "actor_learning_rate", 0.0, low_open=True)
-    check_range(config, "critic_learning_rate", 0.0, low_open=True)
-    check_range(config, "gamma", 0.0, 1.0)
-    check_range(config, "tau", 0.0, 1.0, low_open=True)
 
 
 def validate_dpg(config: DPGConfig, name: str) -> None:
     """`validate` plus DDPG's and TD3's own field."""
     validate(config, name)
-    check_range(config, "exploration_noise", 0.0)
 
 
 def optimizers(config: Config) -> dict[str, optax.GradientTransformation]:

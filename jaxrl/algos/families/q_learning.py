@@ -34,7 +34,6 @@ from jaxrl.algos.base import (
     check_action_space,
     check_common,
     check_divides,
-    check_range,
     check_torso,
     hyper,
     shared,
@@ -73,20 +72,14 @@ class Config(base.Config):
     max_grad_norm: float = shared("max_grad_norm", 10.0)
 
 
-def validate_common(config: Config, algorithm: str, positive_ints: tuple[str, ...] = ()) -> None:
-    """The checks every Q-learning Config shares (`algorithm` names the algorithm in the messages): a registered
-    env with discrete actions, positive integer `num_envs`, `num_steps` and `positive_ints`, and the ranges of the
-    shared hyperparameters."""
-    check_common(config, ("num_envs", "num_steps", *positive_ints))
+def validate_common(config: Config, algorithm: str) -> None:
+    """The checks every Q-learning Config shares (`algorithm` names the algorithm in the messages): `check_common`
+    (each field's type and rule, the env id, one iteration at least), and an env with discrete actions that fits
+    the torso."""
+    check_common(config)
     spec = envs.make(config.env).spec
     check_action_space(config, spec.discrete, True, algorithm)
     check_torso(config, spec.observation_shape)
-    check_range(config, "learning_rate", 0.0, low_open=True)
-    check_range(config, "gamma", 0.0, 1.0)
-    check_range(config, "epsilon_start", 0.0, 1.0)
-    check_range(config, "epsilon_end", 0.0, 1.0)
-    check_range(config, "epsilon_decay_fraction", 0.0, 1.0)
-    check_range(config, "max_grad_norm", 0.0, low_open=True)
 
 
 @struct.dataclass
@@ -190,10 +183,8 @@ class LambdaState:
 
 def validate_lambda(config: LambdaConfig, algorithm: str) -> None:
     """`validate_common` and the checks of the lambda-return iteration."""
-    validate_common(config, algorithm, ("update_epochs", "num_minibatches"))
+    validate_common(config, algorithm)
     check_divides(config, "num_minibatches")
-    check_range(config, "q_lambda", 0.0, 1.0)
-    check_range(config, "reward_scale", 0.0, low_open=True)
 
 
 def lambda_optimizer(config: LambdaConfig) -> optax.GradientTransformation:
