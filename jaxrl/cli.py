@@ -18,6 +18,7 @@ import math
 import os
 import sys
 
+from jaxrl import field_rules
 from jaxrl.catalog import CATALOG
 from jaxrl.commands import RUNNERS, config_from_args, one_line  # noqa: F401 (config_from_args: importable here)
 from jaxrl.run.report import FINAL_FRACTION
@@ -107,10 +108,10 @@ def add_config_flags(parser: argparse.ArgumentParser, fields, title: str = "algo
     `jaxrl.catalog` lists them; unset flags stay out of the namespace (`config_from_args` keeps the default)."""
     group = parser.add_argument_group(f"{title} config")
     for name, kind, default, help_text in fields:
-        flag = "--" + name.replace("_", "-")
-        group.add_argument(
-            flag, dest=name, default=argparse.SUPPRESS, help=f"{help_text} (default: {default})", **FLAG_KINDS[kind]
-        )
+        flag, keywords = "--" + name.replace("_", "-"), FLAG_KINDS[kind]
+        bounds = field_rules.describe(field_rules.rule_of(name), keywords.get("metavar", "X"))
+        shown = f"default: {default}; {bounds}" if bounds else f"default: {default}"
+        group.add_argument(flag, dest=name, default=argparse.SUPPRESS, help=f"{help_text} ({shown})", **keywords)
 
 
 # The flags of each command's own group: (flag, argparse keywords); help texts are the --help of the command.

@@ -137,6 +137,17 @@ def rule_of(name: str) -> Rule | None:
     return None
 
 
+def describe(rule: Rule | None, symbol: str = "X") -> str:
+    """The bounds of `rule` as `--help` shows them beside a flag's default ("0 <= X <= 1", "N >= 1"); "" for a rule
+    of choices (each flag's help names them) or none."""
+    if rule is None or rule.choices or rule.low is None:
+        return ""
+    low = f"{rule.low:g} {'<' if rule.low_open else '<='} {symbol}"
+    if rule.high is not None:
+        return f"{low} <= {rule.high:g}"
+    return f"{symbol} {'>' if rule.low_open else '>='} {rule.low:g}"
+
+
 def check(condition: bool, field: str, message: str) -> None:
     """Raises ValueError("Config.<field>: <message>") unless `condition`."""
     if not condition:

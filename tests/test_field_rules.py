@@ -88,3 +88,19 @@ def test_a_name_without_an_entry_follows_the_naming_conventions():
     assert rule_of("kl_coef") == field_rules.NON_NEGATIVE
     assert rule_of("hidden_sizes") is None
     field_rules.check_values({"hidden_sizes": (0,), "env": "anything"})  # no rule: `validate` checks these
+
+
+def test_the_help_shows_each_flags_bounds(capsys):
+    from jaxrl import cli
+
+    shown = {}
+    for algo in ("ppo", "dqn"):
+        with pytest.raises(SystemExit):
+            cli.main(["train", algo, "--help"])
+        shown[algo] = " ".join(capsys.readouterr().out.split())
+    assert "--gamma X discount factor (default: 0.99; 0 <= X <= 1)" in shown["ppo"]
+    assert "--num-envs N parallel environments (default: 16; N >= 1)" in shown["ppo"]
+    assert "(default: 0.2; X > 0)" in shown["ppo"]  # clip_eps
+    assert "(default: 1.0; 0 < X <= 1)" in shown["dqn"]  # tau
+    assert "(default: 1000; N >= 0)" in shown["dqn"]  # learning_starts
+    assert "gelu or silu (default: tanh)" in shown["ppo"]  # a choice: the help names them
