@@ -336,10 +336,6 @@ def check_range(config, field: str, low=None, high=None, low_open=False) -> None
         field_rules.check_range(field, values, low, high, low_open)
 
 
-def check_choice(config, field: str, allowed) -> None:
-    field_rules.check_choice(field, getattr(config, field), allowed)
-
-
 def check_int(config, field: str, minimum: int = 1) -> None:
     field_rules.check_int(field, getattr(config, field), minimum)
 

@@ -33,7 +33,7 @@ class Config(off_policy.DPGConfig):
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    off_policy.validate_dpg(config, "DDPG")
+    off_policy.validate(config, "DDPG")
 
 
 @takes_setup

@@ -36,7 +36,7 @@ class Config(off_policy.DPGConfig):
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    off_policy.validate_dpg(config, "TD3")
+    off_policy.validate(config, "TD3")
 
 
 def gradient_step(config: Config, networks: off_policy.Networks, state: TrainState, batch, key):

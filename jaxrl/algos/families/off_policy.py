@@ -147,11 +147,6 @@ def validate(config: Config, name: str) -> None:
     check_action_space(config, envs.make(config.env).spec.discrete, False, name)
 
 
-def validate_dpg(config: DPGConfig, name: str) -> None:
-    """`validate` plus DDPG's and TD3's own field."""
-    validate(config, name)
-
-
 def optimizers(config: Config) -> dict[str, optax.GradientTransformation]:
     """Adam (optax's defaults) for the actor and for the critics (their own learning rates; no clipping, no
     annealing)."""
