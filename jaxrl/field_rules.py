@@ -1,9 +1,10 @@
 """The rules a Config field's value keeps on its own, by the field's name: a range, an integer's minimum or a
 set of choices. A name keeps one meaning in every Config, so one rule holds for it wherever it appears.
 
-The rules import nothing of JAX: `jaxrl train` checks the flags it is given against them before JAX starts, and
-`jaxrl.algos.base.check_fields` checks every field of a Config against the same rules. An algorithm's `validate`
-adds what one field cannot say alone: a count that must divide another, an env that must fit the network.
+The rules import nothing of JAX: `jaxrl train`, `sweep` and `pbt` check the flags they are given against them
+before JAX starts, and `jaxrl.algos.base.check_fields` checks every field of a Config against the same rules. An
+algorithm's `validate` adds what one field cannot say alone: a count that must divide another, an env that must fit
+the network.
 """
 
 from __future__ import annotations
