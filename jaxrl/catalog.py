@@ -1,8 +1,8 @@
 """What the command line needs to know of each algorithm without importing it (and JAX with it): what it is, in a
-phrase from its module docstring, and per Config field, the flag's kind, the default as shown and the help. `jaxrl train
-ppo --help`, a mistyped algorithm or a bad flag value answer from here at once; the algorithms are imported only
-to train. The description is data, `catalog.json` beside this file; `python -m jaxrl.catalog` regenerates it from
-the algorithms, and a test checks that it still matches them."""
+phrase from its module docstring; per Config field, the flag's kind, the default as shown and the help; and the fields
+a sweep can vary. `jaxrl train ppo --help`, a mistyped algorithm or a bad flag value answer from here at once; the
+algorithms are imported only to train. The description is data, `catalog.json` beside this file; `python -m
+jaxrl.catalog` regenerates it from the algorithms, and a test checks that it still matches them."""
 
 from __future__ import annotations
 
@@ -32,11 +32,13 @@ def summary(docstring: str | None) -> str:
 
 
 def build() -> dict[str, dict]:
-    """{algorithm: {"doc": `summary` of its docstring, "fields": [[name, kind, default as text, help], ...]}} of every
-    registered algorithm, read from the modules themselves (imports them, and JAX)."""
+    """{algorithm: {"doc": `summary` of its docstring, "fields": [[name, kind, default as text, help], ...],
+    "sweepable": [the traced fields, which a sweep can vary]}} of every registered algorithm, read from the modules
+    themselves (imports them, and JAX)."""
     import dataclasses
 
     from jaxrl.algos import ALGORITHMS
+    from jaxrl.algos.base import is_static
 
     return {
         name: {
@@ -50,6 +52,7 @@ def build() -> dict[str, dict]:
                 ]
                 for f in dataclasses.fields(module.Config)
             ],
+            "sweepable": [f.name for f in dataclasses.fields(module.Config) if not is_static(f)],
         }
         for name, module in ALGORITHMS.items()
     }

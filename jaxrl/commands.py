@@ -58,13 +58,25 @@ def status(args, text: str) -> None:
 
 def check_config_flags(args) -> None:
     """Refuses, in one line and before JAX starts, a Config flag whose value breaks its field's own rule (a range,
-    an integer's minimum, a choice: `jaxrl.field_rules`). The algorithm's `validate` checks the whole Config
-    once JAX has started: the fields together, and the env."""
+    an integer's minimum, a choice: `jaxrl.field_rules`), and for `jaxrl sweep`, a --grid, --random or --dist flag
+    that does not read (`jaxrl.sweep_flags`), names no field, or gives a value (a distribution's bounds) that
+    breaks its field's rule. The algorithm's `validate` checks the whole Config once JAX has started: the fields
+    together, and the env."""
     from jaxrl import field_rules
     from jaxrl.catalog import CATALOG
 
-    given = (name for name, *_ in CATALOG[args.algo]["fields"] if hasattr(args, name))
+    entry = CATALOG[args.algo]
+    given = (name for name, *_ in entry["fields"] if hasattr(args, name))
     field_rules.check_values({name: getattr(args, name) for name in given})
+    if args.command == "sweep":
+        from jaxrl import sweep_flags
+
+        kinds = {name: kind for name, kind, *_ in entry["fields"]}
+        owner = f"jaxrl.algos.{args.algo}.Config"
+        values, dists = sweep_flags.read(kinds, entry["sweepable"], owner, args.grid, args.random, args.dist)
+        for name, spec in {**values, **(dists or {})}.items():
+            for value in spec[1:] if isinstance(spec, tuple) else spec:
+                field_rules.check_value(name, value)
 
 
 def check_run_folder(args, new_dir: str | None) -> None:

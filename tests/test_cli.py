@@ -53,7 +53,9 @@ def test_grid_and_random_flags():
         ("--dist clip_eps=uniform:0.1:0.2", "needs --random"),
         ("--random 3 --dist clip_eps=normal:0:1", "unknown distribution 'normal'"),
         ("--random 3 --dist clip_eps=uniform:0.1", "expected clip_eps=uniform:LOW:HIGH"),
-        ("--grid learning_rate=-1,1e-3", "sweep point 0"),
+        ("--grid learning_rate=-1,1e-3", "Config.learning_rate: got -1.0, must be > 0.0."),
+        ("--grid activation=relu", "Config.activation: a static field"),
+        ("--grid learning_rat=1e-3", "Config.learning_rat: unknown field, jaxrl.algos.ppo.Config has no field"),
         ("--seeds 0", "need at least one seed"),
     ],
 )
@@ -114,11 +116,15 @@ def test_plot_needs_something_to_plot(capsys):
 
 
 def test_field_values_follow_the_field_type():
-    assert space.field_value(ppo.Config, "num_envs", "1e3") == 1000
-    assert space.field_value(ppo.Config, "anneal_lr", "false") is False
-    assert space.field_value(ppo.Config, "learning_rate", "3e-4") == 3e-4
+    from jaxrl.sweep_flags import value_of
+
+    assert value_of("int", "num_envs", "1e3") == 1000
+    assert value_of("bool", "anneal_lr", "false") is False
+    assert value_of("float", "learning_rate", "3e-4") == 3e-4
     with pytest.raises(ValueError, match="not an integer"):
-        space.field_value(ppo.Config, "num_envs", "2.5")
+        value_of("int", "num_envs", "2.5")
+    with pytest.raises(ValueError, match=r"Config.learning_rate: 'fast' is not a number."):
+        value_of("float", "learning_rate", "fast")
 
 
 def test_preset_flag_starts_from_the_package_preset_and_flags_override():
@@ -295,8 +301,8 @@ def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
 
 def test_a_flag_value_its_field_refuses_is_refused_before_jax_starts():
     """A Config flag whose value breaks its field's own rule (a range, an integer's minimum, a choice) is refused
-    by train, sweep and pbt in the words `validate` uses, before JAX starts; a value that passes starts JAX
-    (the Config as a whole is checked there)."""
+    by train, sweep and pbt in the words `validate` uses, before JAX starts, and so is a sweep flag that names an
+    unknown or a static field, an unknown distribution, or a value (a distribution's bound) its field refuses."""
     cases = [
         (["train", "ppo", "--learning-rate", "-1"], "Config.learning_rate: got -1.0, must be > 0.0."),
         (["train", "ppo", "--gamma", "1.5"], "Config.gamma: got 1.5, must be <= 1.0."),
@@ -306,6 +312,11 @@ def test_a_flag_value_its_field_refuses_is_refused_before_jax_starts():
         (["train", "sac", "--alpha-learning-rate", "0"], "Config.alpha_learning_rate: got 0.0, must be > 0.0."),
         (["sweep", "grpo", "--kl-reference", "latest"], "Config.kl_reference: 'latest' is not one of none,"),
         (["pbt", "ppo", "--ent-coef", "-0.01"], "Config.ent_coef: got -0.01, must be >= 0.0."),
+        (["sweep", "ppo", "--grid", "learning_rat=1e-3"], "Config.learning_rat: unknown field, jaxrl.algos.ppo.Config"),
+        (["sweep", "ppo", "--grid", "num_envs=4,8"], "Config.num_envs: a static field"),
+        (["sweep", "ppo", "--grid", "gamma=0.9,1.5"], "Config.gamma: got 1.5, must be <= 1.0."),
+        (["sweep", "dqn", "--random", "2", "--dist", "tau=uniform:0:1"], "Config.tau: got 0.0, must be > 0.0."),
+        (["sweep", "ppo", "--random", "4", "--dist", "gamma=loguni:0.9:1"], "unknown distribution 'loguni'"),
     ]
     refused_before_jax(cases)
 

@@ -27,6 +27,7 @@ LAYERS = {
     "report": 3,
     "render": 3,
     "catalog": 3,  # describes the algorithms for the command line (imports them only to regenerate)
+    "sweep_flags": 3,  # the text of jaxrl sweep's flags read into values: imports nothing, so they are read before JAX
     "algos": 2,
     "networks": 1,
     "rollout": 1,

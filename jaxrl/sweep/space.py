@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,7 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl import sweep_flags
 from jaxrl.algos.base import is_static
+from jaxrl.catalog import kind_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,19 +53,8 @@ def _fields(config) -> dict[str, dataclasses.Field]:
 def _check_names(config, names) -> None:
     fields = _fields(config)
     sweepable = [n for n, f in fields.items() if not is_static(f)]
-    cls = type(config).__name__
     for name in names:
-        if name not in fields:
-            raise ValueError(
-                f"Config.{name}: unknown field, {type(config).__module__}.{cls} has no field {name!r}; "
-                f"sweepable fields: {', '.join(sweepable)}."
-            )
-        if is_static(fields[name]):
-            raise ValueError(
-                f"Config.{name}: a static field (it fixes shapes or control flow and is compiled into the program), "
-                f"so it cannot vary inside one compiled sweep; sweepable fields: {', '.join(sweepable)}. "
-                f"Run one sweep per value of {name} instead."
-            )
+        sweep_flags.check_name(name, fields, sweepable, f"{type(config).__module__}.{type(config).__name__}")
 
 
 def leaf_dtype(default):
@@ -169,82 +159,16 @@ def random(config, num: int, seed: int = 0, **distributions) -> Sweep:
     return from_points(config, points)
 
 
-DIST_KINDS = {
-    "uniform": "uniform",
-    "loguniform": "log_uniform",
-    "log_uniform": "log_uniform",
-    "int": "int_uniform",
-    "int_uniform": "int_uniform",
-}
-
-
-def _integer(text: str) -> int:
-    """500000, 5e5 or 500_000 as an int; ValueError for anything else."""
-    try:
-        value = float(text.replace("_", ""))
-    except ValueError:
-        raise ValueError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value != int(value):
-        raise ValueError(f"{text} is not an integer")
-    return int(value)
-
-
-def field_value(config_cls, name: str, text: str):
-    """`text` parsed as a value of Config field `name` (int fields accept 5e5 or 500_000, bool fields true/false);
-    ValueError naming the field otherwise."""
-    fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    if name not in fields:
-        raise ValueError(f"Config.{name}: unknown field of {config_cls.__module__}.Config.")
-    default = fields[name].default
-    if isinstance(default, bool):
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"Config.{name}: {text!r} is not true or false.")
-        return text.lower() in ("true", "1")
-    if isinstance(default, int):
-        return _integer(text)
-    return float(text)
-
-
-def _split_assignment(text: str, flag: str) -> tuple[str, str]:
-    name, sep, values = text.partition("=")
-    if not sep or not name or not values:
-        raise ValueError(f"{flag} {text!r}: expected NAME=VALUES, e.g. {flag} learning_rate=1e-3,3e-3.")
-    return name.strip().replace("-", "_"), values.strip()
-
-
 def from_flags(base, grid_specs=None, random_points=None, dist_specs=None, random_seed: int = 0) -> Sweep:
-    """The Sweep over `base` that the flags of `jaxrl sweep` give: `grid_specs` ["NAME=V1,V2", ...] (their cartesian
-    product), or `random_points` N with `dist_specs` ["NAME=KIND:LOW:HIGH" (KIND one of DIST_KINDS) or "NAME=V1,V2,...",
-    ...] drawn with `random_seed`; none of them: the base config alone. ValueError naming the flag otherwise."""
-    config_cls = type(base)
-    if random_points is not None:
-        if grid_specs:
-            raise ValueError("use either --grid or --random with --dist, not both.")
-        if not dist_specs:
-            raise ValueError("--random N needs at least one --dist NAME=KIND:LOW:HIGH (or NAME=V1,V2,...).")
-        dists = {}
-        for text in dist_specs:
-            name, spec = _split_assignment(text, "--dist")
-            kind, _, bounds = spec.partition(":")
-            if kind.lower() in DIST_KINDS:
-                low, sep, high = bounds.partition(":")
-                if not sep:
-                    raise ValueError(f"--dist {text!r}: expected {name}={kind}:LOW:HIGH.")
-                dists[name] = (
-                    DIST_KINDS[kind.lower()],
-                    field_value(config_cls, name, low),
-                    field_value(config_cls, name, high),
-                )
-            elif ":" in spec:
-                known = ", ".join(sorted(DIST_KINDS))
-                raise ValueError(f"--dist {text!r}: unknown distribution {kind!r}; use one of {known}, or V1,V2,...")
-            else:
-                dists[name] = [field_value(config_cls, name, v) for v in spec.split(",") if v]
+    """The Sweep over `base` that the flags of `jaxrl sweep` give (`jaxrl.sweep_flags.read`): `grid_specs`
+    ["NAME=V1,V2", ...] (their cartesian product), or `random_points` N with `dist_specs` ["NAME=KIND:LOW:HIGH" or
+    "NAME=V1,V2,...", ...] drawn with `random_seed`; none of them: the base config alone. ValueError naming the flag
+    otherwise."""
+    fields = _fields(base)
+    kinds = {name: kind_of(f.default, f.metadata.get("takes_inf", False)) for name, f in fields.items()}
+    sweepable = [name for name, f in fields.items() if not is_static(f)]
+    owner = f"{type(base).__module__}.{type(base).__name__}"
+    values, dists = sweep_flags.read(kinds, sweepable, owner, grid_specs, random_points, dist_specs)
+    if dists is not None:
         return random(base, random_points, seed=random_seed, **dists)
-    if dist_specs:
-        raise ValueError("--dist needs --random N (the number of points to draw).")
-    values = {}
-    for text in grid_specs or []:
-        name, spec = _split_assignment(text, "--grid")
-        values[name] = [field_value(config_cls, name, v) for v in spec.split(",") if v]
     return grid(base, **values) if values else from_points(base, [{}])
