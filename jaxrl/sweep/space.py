@@ -50,11 +50,20 @@ def _fields(config) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(config)}
 
 
-def _check_names(config, names) -> None:
+def _names(config) -> tuple[dict[str, dataclasses.Field], list[str], str]:
+    """(its fields, the sweepable ones: its traced hyperparameters, its class's full name) of a Config."""
     fields = _fields(config)
-    sweepable = [n for n, f in fields.items() if not is_static(f)]
+    return (
+        fields,
+        [n for n, f in fields.items() if not is_static(f)],
+        f"{type(config).__module__}.{type(config).__name__}",
+    )
+
+
+def _check_names(config, names) -> None:
+    fields, sweepable, owner = _names(config)
     for name in names:
-        sweep_flags.check_name(name, fields, sweepable, f"{type(config).__module__}.{type(config).__name__}")
+        sweep_flags.check_name(name, fields, sweepable, owner)
 
 
 def leaf_dtype(default):
@@ -164,10 +173,8 @@ def from_flags(base, grid_specs=None, random_points=None, dist_specs=None, rando
     ["NAME=V1,V2", ...] (their cartesian product), or `random_points` N with `dist_specs` ["NAME=KIND:LOW:HIGH" or
     "NAME=V1,V2,...", ...] drawn with `random_seed`; none of them: the base config alone. ValueError naming the flag
     otherwise."""
-    fields = _fields(base)
+    fields, sweepable, owner = _names(base)
     kinds = {name: kind_of(f.default, f.metadata.get("takes_inf", False)) for name, f in fields.items()}
-    sweepable = [name for name, f in fields.items() if not is_static(f)]
-    owner = f"{type(base).__module__}.{type(base).__name__}"
     values, dists = sweep_flags.read(kinds, sweepable, owner, grid_specs, random_points, dist_specs)
     if dists is not None:
         return random(base, random_points, seed=random_seed, **dists)
