@@ -1,16 +1,20 @@
 """What the command line needs to know of each algorithm without importing it (and JAX with it): what it is, in a
 phrase from its module docstring; per Config field, the flag's kind, the default as shown and the help; and the fields
-a sweep can vary. `jaxrl train ppo --help`, a mistyped algorithm or a bad flag value answer from here at once; the
-algorithms are imported only to train. The description is data, `catalog.json` beside this file; `python -m
-jaxrl.catalog` regenerates it from the algorithms, and a test checks that it still matches them."""
+a sweep can vary. Also the environment ids a plain `--env` may name: gymnax's (for the gymnax version they were read
+from) and jaxrl's own. `jaxrl train ppo --help`, a mistyped algorithm, a bad flag value or an unknown env id answer
+from here at once; the algorithms are imported only to train. The description is data, `catalog.json` and
+`env_ids.json` beside this file; `python -m jaxrl.catalog` regenerates both from the algorithms and the environments,
+and a test checks that they still match them."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 from pathlib import Path
 
 PATH = Path(__file__).with_name("catalog.json")
+ENV_IDS_PATH = Path(__file__).with_name("env_ids.json")
 
 
 def kind_of(default, takes_inf: bool = False) -> str:
@@ -58,12 +62,51 @@ def build() -> dict[str, dict]:
     }
 
 
-def write(path: Path = PATH) -> None:
-    """Writes `build()` to `path` as JSON."""
+def gymnax_version() -> str | None:
+    """The installed gymnax's version, read from its metadata (gymnax is not imported); None when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gymnax")
+    except PackageNotFoundError:
+        return None
+
+
+def build_env_ids() -> dict:
+    """{"gymnax_version": the installed gymnax's, "gymnax": its environment ids, "own": the ids jaxrl registers
+    itself (`jaxrl.envs.registered_ids` in a fresh process: the memory tasks)}; imports gymnax, and JAX with it."""
+    from jaxrl import envs
+    from jaxrl.envs import gymnax
+
+    return {"gymnax_version": gymnax_version(), "gymnax": list(gymnax.ids()), "own": envs.registered_ids()}
+
+
+def check_env_id(env_id: str) -> None:
+    """Refuses a plain env id that is neither one of gymnax's nor one of jaxrl's own, in the words of
+    `jaxrl.envs.check_env_id`, without importing gymnax or JAX. It passes what it cannot judge from `ENV_IDS`: a
+    suite's id (`suite:Name`), and any id when the installed gymnax is not the version the ids were read from."""
+    if ":" in env_id or gymnax_version() != ENV_IDS["gymnax_version"]:
+        return
+    registered, own = ENV_IDS["gymnax"], ENV_IDS["own"]
+    if env_id in registered or env_id in own:
+        return
+    close = difflib.get_close_matches(env_id, [*registered, *own], n=3, cutoff=0.4)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise ValueError(
+        f"env={env_id!r} is not a registered gymnax environment.{hint} Known ids: {', '.join(registered)}. "
+        "Other suites take a prefix (e.g. 'navix:Navix-Empty-5x5-v0'); your own: jaxrl.envs.register."
+    )
+
+
+def write(path: Path = PATH, env_ids_path: Path = ENV_IDS_PATH) -> None:
+    """Writes `build()` to `path` and `build_env_ids()` to `env_ids_path` as JSON."""
     path.write_text(json.dumps(build(), indent=1, ensure_ascii=False) + "\n")
+    env_ids_path.write_text(json.dumps(build_env_ids(), indent=1, ensure_ascii=False) + "\n")
 
 
 CATALOG: dict[str, dict] = json.loads(PATH.read_text())
+ENV_IDS: dict = json.loads(ENV_IDS_PATH.read_text())
 
 if __name__ == "__main__":
-    write(Path(sys.argv[1]) if len(sys.argv) > 1 else PATH)
+    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else PATH.parent
+    write(folder / PATH.name, folder / ENV_IDS_PATH.name)

@@ -60,23 +60,41 @@ def check_config_flags(args) -> None:
     """Refuses, in one line and before JAX starts, a Config flag whose value breaks its field's own rule (a range,
     an integer's minimum, a choice: `jaxrl.field_rules`), and for `jaxrl sweep`, a --grid, --random or --dist flag
     that does not read (`jaxrl.sweep_flags`), names no field, or gives a value (a distribution's bounds) that
-    breaks its field's rule. The algorithm's `validate` checks the whole Config once JAX has started: the fields
-    together, and the env."""
-    from jaxrl import field_rules
-    from jaxrl.catalog import CATALOG
+    breaks its field's rule, and for `jaxrl pbt`, its population settings and --explore flags
+    (`jaxrl.pbt_settings`). A plain env id that is neither gymnax's nor jaxrl's own is refused too
+    (`jaxrl.catalog.check_env_id`). The algorithm's `validate` checks the whole Config once JAX has started: the
+    fields together, and the env."""
+    from jaxrl import catalog, field_rules
 
-    entry = CATALOG[args.algo]
+    entry = catalog.CATALOG[args.algo]
     given = (name for name, *_ in entry["fields"] if hasattr(args, name))
     field_rules.check_values({name: getattr(args, name) for name in given})
+    kinds = {name: kind for name, kind, *_ in entry["fields"]}
+    defaults = {name: default for name, _, default, *_ in entry["fields"]}
+    if not getattr(args, "resume", None) and "jaxrl.envs" not in sys.modules:  # an --env-module may have registered ids
+        catalog.check_env_id(getattr(args, "env", None) or defaults["env"])
     if args.command == "sweep":
         from jaxrl import sweep_flags
 
-        kinds = {name: kind for name, kind, *_ in entry["fields"]}
         owner = f"jaxrl.algos.{args.algo}.Config"
         values, dists = sweep_flags.read(kinds, entry["sweepable"], owner, args.grid, args.random, args.dist)
         for name, spec in {**values, **(dists or {})}.items():
             for value in spec[1:] if isinstance(spec, tuple) else spec:
                 field_rules.check_value(name, value)
+    if args.command == "pbt" and not args.resume:
+        from jaxrl import pbt_settings, sweep_flags
+
+        settings = pbt_config(args)
+        pbt_settings.check_settings(settings)
+        values = None  # a preset's values are known once the presets (and JAX) are imported
+        if not getattr(args, "preset", False):
+            explored = [name for name in settings.explore if name in entry["sweepable"]]
+            values = {name: getattr(args, name, None) for name in explored}
+            values = {
+                name: sweep_flags.value_of(kinds[name], name, defaults[name]) if value is None else value
+                for name, value in values.items()
+            }
+        pbt_settings.check_explore(settings.explore, kinds, entry["sweepable"], "Config", values)
 
 
 def check_run_folder(args, new_dir: str | None) -> None:
@@ -244,28 +262,33 @@ def plot_command(args) -> int:
     return 0
 
 
-PBT_DEFAULTS = {"population": 8, "ready": 10, "truncation": 0.25, "resample_probability": 0.25}
-PBT_EVAL_DEFAULTS = {"eval_every": 0, "eval_episodes": 16, "fitness": "return"}
+PBT_FLAGS = ("population", "ready", "truncation", "resample_probability")  # PBTConfig fields with a jaxrl pbt flag
+PBT_EVAL_FLAGS = ("eval_every", "eval_episodes", "fitness")
+
+
+def pbt_config(args):
+    """The PBTConfig of `jaxrl pbt`'s flags (each one not given at PBTConfig's default); imports no JAX."""
+    from jaxrl import pbt_settings
+
+    given = {k: getattr(args, k) for k in PBT_FLAGS + PBT_EVAL_FLAGS if getattr(args, k) is not None}
+    if not given.get("eval_every"):  # --eval-episodes is then the final evaluation's alone
+        given.pop("eval_episodes", None)
+    return pbt_settings.PBTConfig(**given, explore=pbt_settings.read_explore(args.explore))
 
 
 def _pbt_settings(args, module):
     """(Config, PBTConfig, seed, chunks) of `jaxrl pbt`: from the flags, or with --resume from the folder (a flag
     given with another value than the folder's is refused in one line)."""
-    from jaxrl import pbt
+    from jaxrl import pbt, pbt_settings
 
-    explore = dict(spec.split("=", 1) for spec in args.explore or [])
     if not args.resume:
-        defaults = PBT_DEFAULTS | PBT_EVAL_DEFAULTS
-        given = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
-        if not given["eval_every"]:  # episodes of the final evaluation alone
-            given["eval_episodes"] = PBT_EVAL_DEFAULTS["eval_episodes"]
-        settings = pbt.PBTConfig(**given, explore=explore)
-        return config_from_args(module.Config, args), settings, args.seed or 0, args.chunks or 10
+        return config_from_args(module.Config, args), pbt_config(args), args.seed or 0, args.chunks or 10
+    explore = pbt_settings.read_explore(args.explore)
     algo, config, settings, seed, chunks = pbt.resume_settings(args.resume)
     if algo != args.algo:
         raise ValueError(f"--resume {args.resume}: it is a {algo} population; continue it with jaxrl pbt {algo}.")
     saved = {**dataclasses.asdict(settings), "seed": seed, "chunks": chunks}
-    kept = (*PBT_DEFAULTS, "eval_every", "fitness", "seed", "chunks")
+    kept = (*PBT_FLAGS, "eval_every", "fitness", "seed", "chunks")
     kept += ("eval_episodes",) if settings.eval_every else ()  # the in-program evaluation's; else the final one's
     given = {k: getattr(args, k) for k in kept if getattr(args, k) is not None}
     given |= {f.name: getattr(args, f.name) for f in dataclasses.fields(config) if hasattr(args, f.name)}

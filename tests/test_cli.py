@@ -168,6 +168,48 @@ def test_the_catalog_matches_the_algorithms():
     ]  # fmt: skip
 
 
+def test_the_env_ids_match_the_environments():
+    """The env ids the command line knows without JAX are gymnax's and jaxrl's own, as a fresh process registers
+    them, for the installed gymnax; for another gymnax version it judges none and leaves them to `validate`."""
+    from jaxrl import catalog
+
+    fresh = python_c("import json; from jaxrl import catalog; print(json.dumps(catalog.build_env_ids()))")
+    fresh = json.loads(fresh.stdout)
+    if catalog.gymnax_version() == catalog.ENV_IDS["gymnax_version"]:
+        assert catalog.ENV_IDS == fresh
+        assert "CartPole-v1" in fresh["gymnax"] and "MemoryChain-bsuite-L10" in fresh["own"]
+    else:
+        catalog.check_env_id("CartPole-v0")
+
+
+def test_an_unknown_env_id_is_refused_in_the_words_of_the_environments():
+    """Before JAX (`jaxrl.catalog.check_env_id`) and after (`jaxrl.envs.check_env_id`), in a fresh process whose
+    registered ids are jaxrl's own: the same refusal, or none, for each id."""
+    ids = ["CartPole-v0", "cartpole", "Nope", "MemoryChain-bsuite-L11", "popgym-CountRecallEasy-v1", "CartPole-v1",
+           "MemoryChain-bsuite-L20", "popgym-RepeatPreviousHard-v0", "Breakout-MinAtar", "navix:Nope"]  # fmt: skip
+    code = (
+        "import json\n"
+        "from jaxrl import catalog, envs\n"
+        "def refusal(check, env_id):\n"
+        "    try:\n"
+        "        check(env_id)\n"
+        "    except Exception as error:\n"
+        "        return str(error)\n"
+        f"print(json.dumps([[refusal(catalog.check_env_id, i), refusal(envs.check_env_id, i)] for i in {ids!r}]))"
+    )
+    from jaxrl import catalog
+
+    if catalog.gymnax_version() != catalog.ENV_IDS["gymnax_version"]:
+        pytest.skip(f"env_ids.json was read from gymnax {catalog.ENV_IDS['gymnax_version']}; the early check is off")
+    pairs = json.loads(python_c(code).stdout)
+    for env_id, (early, late) in zip(ids, pairs, strict=True):
+        if ":" in env_id:  # a suite's id: checked once its adapter is imported
+            assert early is None, env_id
+        else:
+            assert early == late, env_id
+    assert [early is None for early, _ in pairs] == [False] * 5 + [True] * 5
+
+
 def test_an_algorithm_is_summed_up_in_a_whole_phrase():
     """`jaxrl train --help` lists each algorithm as a phrase that ends where its citation begins, never a docstring
     line cut where it wrapped ("... with Importance")."""
@@ -288,7 +330,7 @@ def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
         (["train", "dqn", "--resume", run], f"--resume {run}: it is a ppo run; continue it with jaxrl train ppo"),
         (["train", "ppo", "--run-dir", run], f"run folder {run} already holds a run (config.json, summary.json)"),
         (["train", "ppo", "--run-dir", file], f"run folder {file} is a file; choose another --run-dir."),
-        (["pbt", "ppo", "--out", run], "or choose a new --out."),
+        (["pbt", "ppo", "--out", run, "--explore", "gamma=uniform:0.9:1"], "or choose a new --out."),
         (["pbt", "ppo", "--resume", empty], f"{empty} is not a run folder (no config.json)."),
         (["eval", missing], f"{missing}: no such run folder."),
         (["render", empty], f"{empty} is not a run folder (no config.json)."),
@@ -317,6 +359,26 @@ def test_a_flag_value_its_field_refuses_is_refused_before_jax_starts():
         (["sweep", "ppo", "--grid", "gamma=0.9,1.5"], "Config.gamma: got 1.5, must be <= 1.0."),
         (["sweep", "dqn", "--random", "2", "--dist", "tau=uniform:0:1"], "Config.tau: got 0.0, must be > 0.0."),
         (["sweep", "ppo", "--random", "4", "--dist", "gamma=loguni:0.9:1"], "unknown distribution 'loguni'"),
+        (["train", "ppo", "--env", "CartPole-v0"], "env='CartPole-v0' is not a registered gymnax environment."),
+        (["sweep", "dqn", "--env", "cartpole"], "Did you mean 'CartPole-v1'?"),
+    ]
+    refused_before_jax(cases)
+
+
+def test_a_population_setting_is_refused_before_jax_starts():
+    """jaxrl pbt's own flags: an --explore flag that does not read, names an unknown or a static field, or whose
+    prior excludes the field's starting value, and a population setting out of its range, are refused before JAX
+    starts, in the words `jaxrl.pbt.validate` uses."""
+    lr = "learning_rate=loguniform:1e-4:1e-3"
+    cases = [
+        (["pbt", "ppo"], "PBTConfig.explore: empty; name at least one hyperparameter"),
+        (["pbt", "ppo", "--explore", "learning_rate"], "--explore 'learning_rate': expected NAME=KIND:LOW:HIGH"),
+        (["pbt", "ppo", "--explore", "lr=uniform:0:1"], "PBTConfig.explore['lr']: Config has no field 'lr'"),
+        (["pbt", "dqn", "--explore", "num_envs=int:2:8"], "PBTConfig.explore['num_envs']: a static field"),
+        (["pbt", "ppo", "--explore", lr], "bounds [0.0001, 0.001] exclude the starting value Config.learning_rate"),
+        (["pbt", "sac", "--explore", "tau=lognormal:0:1"], "PBTConfig.explore['tau']: unknown distribution"),
+        (["pbt", "ppo", "--population", "1", "--explore", lr], "PBTConfig.population: got 1, a population needs"),
+        (["pbt", "ppo", "--truncation", "0.6", "--explore", lr], "PBTConfig.truncation: got 0.6, which replaces"),
     ]
     refused_before_jax(cases)
 

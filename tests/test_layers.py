@@ -44,6 +44,7 @@ LAYERS = {
     "episodes": 1,
     "scores": 1,
     "pbt": 3,
+    "pbt_settings": 3,  # PBTConfig and its checks: imports no JAX, so jaxrl pbt checks its flags before JAX starts
     "envs": 0,
     "field_rules": 0,  # each Config field's own rule: imports nothing, so flags are checked before JAX starts
     "suites": 0,  # the former spelling of jaxrl.envs.suites: imports nothing, fails naming the new one

@@ -52,10 +52,11 @@ Such a run ends with an evaluation of its best member on fresh episodes (determi
 reported apart, in summary.json), and with `tensorboard=True` (`--tensorboard`) writes TensorBoard event files,
 one run per member; `jaxrl eval` on its folder plays every member of the latest checkpoint.
 
-Modules: `population` (PBTConfig, priors, validation, the exploit/explore step), `program` (the compiled
-schedule, whole or in chunks), `lineage` (Lineage, lineage.csv, the plot, a population's folder), `runner` (the
-chunk loop: checkpoints, resume, progress bar, devices), `evaluate` (the best member's evaluation, `jaxrl eval`
-on a population), `board` (TensorBoard).
+Modules: `population` (priors, validation, the exploit/explore step), `program` (the compiled schedule, whole or
+in chunks), `lineage` (Lineage, lineage.csv, the plot, a population's folder), `runner` (the chunk loop:
+checkpoints, resume, progress bar, devices), `evaluate` (the best member's evaluation, `jaxrl eval` on a
+population), `board` (TensorBoard). `PBTConfig` and the checks that need no JAX are `jaxrl.pbt_settings`, which
+`jaxrl pbt` runs before JAX starts.
 """
 
 from jaxrl.pbt.board import PopulationBoard

@@ -1,81 +1,32 @@
-"""The population and its exploit/explore step: PBTConfig, the priors of the explored hyperparameters, validation
-(one-line errors before anything compiles), the initial population, ranking, truncation selection, exploit and
+"""The population and its exploit/explore step: the priors of the explored hyperparameters, validation against a
+Config (one-line errors before anything compiles; `PBTConfig` and the checks that need no JAX are
+`jaxrl.pbt_settings`), the initial population, ranking, truncation selection, exploit and
 explore (Jaderberg et al. 2017, "Population Based Training of Neural Networks", arXiv 1711.09846). Pure and
 traceable: the compiled program (`jaxrl.pbt.program`) calls `ready_step` every `ready` iterations."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl import envs
+from jaxrl import envs, pbt_settings
 from jaxrl.algos import base
+from jaxrl.pbt_settings import FITNESS, KINDS, PBTConfig  # noqa: F401 (re-exported by jaxrl.pbt)
 from jaxrl.sweep.space import leaf_dtype
 
 FITNESS_METRIC = "episode_return"
 EVAL_FITNESS_METRIC = "eval_return"
-FITNESS = ("return", "eval")  # PBTConfig.fitness: the window's mean episode return, or the evaluation return
 # TrainState fields a member keeps through an exploit: its own environment batch, the recurrent memory of that
 # batch (hidden states and episode starts of its own episodes) and its own key
 OWN_FIELDS = ("env", "env_state", "memory", "key")
 # ...except the running statistics of observation and reward normalisation inside them, which the copied
 # parameters were trained against: those follow the parent
 FOLLOW_PARENT = tuple(t for t in (getattr(envs, "RunningMeanStd", None),) if t is not None)
-KINDS = {
-    "uniform": "uniform",
-    "loguniform": "log_uniform",
-    "log_uniform": "log_uniform",
-    "int": "int_uniform",
-    "int_uniform": "int_uniform",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class PBTConfig:
-    """The population and its exploit/explore schedule.
-
-    population: members P (>= 2). ready: iterations between exploit/explore steps. truncation: the fraction
-    of members replaced at each step (the bottom floor(truncation P)) and the fraction their parents are drawn
-    from (the top as many); 0 < floor(truncation P) <= P / 2. explore: {field: prior} of the hyperparameters
-    to draw, perturb and resample (the sweep syntax, e.g. "loguniform:1e-5:1e-2"; its bounds clip
-    perturbations). perturb_factors: the factors a perturbation multiplies by, one drawn uniformly.
-    resample_probability: per explored field, the probability of a fresh draw from its prior instead of a
-    perturbation. fitness_window: iterations of mean episode return a member's fitness averages (1 to ready;
-    None: ready). keep_base: member 0 starts from the given Config's values (the others are drawn from the
-    priors); False draws every member.
-    eval_every: every `eval_every` iterations (a divisor or a multiple of ready; 0: never) each member plays
-    `eval_episodes` fresh episodes with its deterministic policy inside the program, on the run's evaluation key stream
-    (`eval_return`, `eval_length` and `eval_finished` among the metrics, NaN at the other iterations).
-    fitness: what ranks the members at a ready step: "return", the mean episode return over the last
-    `fitness_window` iterations, or "eval", the evaluation return of that iteration (needs eval_every).
-    """
-
-    population: int = 8
-    ready: int = 10
-    truncation: float = 0.25
-    explore: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    perturb_factors: tuple[float, ...] = (0.8, 1.25)
-    resample_probability: float = 0.25
-    fitness_window: int | None = None
-    keep_base: bool = True
-    eval_every: int = 0
-    eval_episodes: int = 16
-    fitness: str = "return"
-
-    @property
-    def window(self) -> int:
-        return self.ready if self.fitness_window is None else self.fitness_window
-
-    @property
-    def num_truncated(self) -> int:
-        """Members replaced at each ready step (and members their parents are drawn from)."""
-        return math.floor(self.truncation * self.population)
 
 
 class Prior(NamedTuple):
@@ -107,30 +58,7 @@ class Prior(NamedTuple):
 
 def parse_prior(name: str, spec) -> Prior:
     """The Prior of `spec`: "KIND:LOW:HIGH" or (KIND, low, high); ValueError naming the field otherwise."""
-    where = f"PBTConfig.explore[{name!r}]"
-    if isinstance(spec, str):
-        parts = spec.split(":")
-        if len(parts) != 3:
-            raise ValueError(f"{where}: {spec!r} is not KIND:LOW:HIGH, e.g. loguniform:1e-5:1e-2.")
-        kind, low, high = parts
-    elif isinstance(spec, (tuple, list)) and len(spec) == 3:
-        kind, low, high = spec
-    else:
-        raise ValueError(f"{where}: {spec!r} is not KIND:LOW:HIGH or (kind, low, high).")
-    if str(kind).lower() not in KINDS:
-        raise ValueError(f"{where}: unknown distribution {kind!r}; use one of {', '.join(sorted(KINDS))}.")
-    kind = KINDS[str(kind).lower()]
-    try:
-        low, high = float(low), float(high)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: bounds {low!r}, {high!r} are not numbers.") from None
-    if not (np.isfinite(low) and np.isfinite(high) and low <= high):
-        raise ValueError(f"{where}: bounds [{low}, {high}] need finite LOW <= HIGH.")
-    if kind == "log_uniform" and low <= 0:
-        raise ValueError(f"{where}: loguniform needs LOW > 0, got {low}.")
-    if kind == "int_uniform" and (low != int(low) or high != int(high)):
-        raise ValueError(f"{where}: int bounds must be integers, got [{low}, {high}].")
-    return Prior(kind, low, high)
+    return Prior(*pbt_settings.parse_prior(name, spec))
 
 
 def _hyper_fields(config) -> dict[str, dataclasses.Field]:
@@ -139,76 +67,14 @@ def _hyper_fields(config) -> dict[str, dataclasses.Field]:
 
 def validate(config, pbt: PBTConfig) -> dict[str, Prior]:
     """Checks `pbt` against `config` (and `config` itself); returns the parsed priors. Each problem is a
-    one-line ValueError naming the field."""
+    one-line ValueError naming the field (`jaxrl.pbt_settings`)."""
     base.algorithm_of(config).validate(config)
-    if not (isinstance(pbt.population, int) and pbt.population >= 2):
-        raise ValueError(f"PBTConfig.population: got {pbt.population!r}, a population needs at least 2 members.")
-    iterations = config.num_iterations
-    if not (isinstance(pbt.ready, int) and 1 <= pbt.ready <= iterations):
-        raise ValueError(f"PBTConfig.ready: got {pbt.ready!r}, must be 1 to num_iterations = {iterations}.")
-    if not (0 < pbt.truncation <= 0.5) or pbt.num_truncated < 1:
-        raise ValueError(
-            f"PBTConfig.truncation: got {pbt.truncation!r}, which replaces floor({pbt.truncation} * "
-            f"{pbt.population}) = {pbt.num_truncated} members; it must select 1 to half of the population."
-        )
-    window = pbt.window
-    if not (isinstance(window, int) and 1 <= window <= pbt.ready):
-        raise ValueError(f"PBTConfig.fitness_window: got {window!r}, must be 1 to ready = {pbt.ready}.")
-    if not (isinstance(pbt.eval_every, int) and not isinstance(pbt.eval_every, bool) and pbt.eval_every >= 0) or (
-        pbt.eval_every and pbt.ready % pbt.eval_every and pbt.eval_every % pbt.ready
-    ):
-        raise ValueError(
-            f"PBTConfig.eval_every: got {pbt.eval_every!r}, must divide ready = {pbt.ready} or be a multiple of it "
-            "(evaluations fall on ready steps), or 0 for no evaluation."
-        )
-    if pbt.eval_every and not (
-        isinstance(pbt.eval_episodes, int) and not isinstance(pbt.eval_episodes, bool) and pbt.eval_episodes >= 1
-    ):
-        raise ValueError(f"PBTConfig.eval_episodes: got {pbt.eval_episodes!r}, eval_every needs at least 1 episode.")
-    if pbt.fitness not in FITNESS:
-        raise ValueError(f"PBTConfig.fitness: got {pbt.fitness!r}, use one of {', '.join(map(repr, FITNESS))}.")
-    if pbt.fitness == "eval" and not (pbt.eval_every and pbt.ready % pbt.eval_every == 0):
-        raise ValueError(
-            "PBTConfig.fitness: 'eval' ranks members by their evaluation return at every ready step, which needs "
-            f"eval_every to divide ready = {pbt.ready} (e.g. eval_every = ready); got eval_every = {pbt.eval_every}."
-        )
-    if pbt.fitness == "eval" and pbt.fitness_window is not None:
-        raise ValueError(
-            "PBTConfig.fitness_window: averages training returns, which fitness 'eval' does not use; leave it None."
-        )
-    factors = tuple(pbt.perturb_factors)
-    if not factors or not all(isinstance(f, (int, float)) and np.isfinite(f) and f > 0 for f in factors):
-        raise ValueError(f"PBTConfig.perturb_factors: got {pbt.perturb_factors!r}, need positive numbers.")
-    if not 0.0 <= pbt.resample_probability <= 1.0:
-        raise ValueError(f"PBTConfig.resample_probability: got {pbt.resample_probability!r}, must be in [0, 1].")
-    if not pbt.explore:
-        raise ValueError(
-            "PBTConfig.explore: empty; name at least one hyperparameter, e.g. {'learning_rate': "
-            "'loguniform:1e-5:1e-2'}."
-        )
-    fields = {f.name: f for f in dataclasses.fields(config)}
-    hypers = [n for n, f in fields.items() if not base.is_static(f)]
-    priors = {}
-    for name, spec in pbt.explore.items():
-        if name not in fields:
-            raise ValueError(
-                f"PBTConfig.explore[{name!r}]: {type(config).__qualname__} has no field {name!r}; "
-                f"hyperparameters: {', '.join(hypers)}."
-            )
-        if base.is_static(fields[name]):
-            raise ValueError(
-                f"PBTConfig.explore[{name!r}]: a static field (compiled into the program) cannot change during "
-                f"training; hyperparameters: {', '.join(hypers)}."
-            )
-        prior = parse_prior(name, spec)
-        value = getattr(config, name)
-        if not prior.low <= float(value) <= prior.high:
-            raise ValueError(
-                f"PBTConfig.explore[{name!r}]: bounds [{prior.low:g}, {prior.high:g}] exclude the starting value "
-                f"Config.{name} = {value!r}; widen the prior or change the Config."
-            )
-        priors[name] = prior
-    return priors
+    pbt_settings.check_settings(pbt, config.num_iterations)
+    hypers = list(_hyper_fields(config))
+    values = {name: getattr(config, name) for name in hypers}
+    fields = [f.name for f in dataclasses.fields(config)]
+    specs = pbt_settings.check_explore(pbt.explore, fields, hypers, type(config).__qualname__, values)
+    return {name: Prior(*spec) for name, spec in specs.items()}
 
 
 # ---------------------------------------------------------------------------------------------------------
