@@ -1,11 +1,12 @@
 """How fast the command line answers: wall seconds of `jaxrl --help`, `jaxrl train ppo --help`, a mistyped
 algorithm (`jaxrl train PPO`, a one-line error), a bad flag value (both answered by the parser), a value its
-field's own rule refuses (`jaxrl.field_rules`) and a run folder the command cannot use (a missing --resume folder,
-a --run-dir that holds a run), all answered before JAX starts, and a value only the whole Config refuses (a
-minibatch count that does not divide the batch: answered once JAX and the algorithm are imported); the seconds
-until `jaxrl train ppo` prints its first status line on a terminal (a pseudo-terminal here) and until its progress
-bar first moves; and the compile seconds of a run with a cold persistent compilation cache, of a rerun, and of a
-resume.
+field's own rule refuses (`jaxrl.field_rules`), an unknown env id (`jaxrl.catalog.check_env_id`), a `jaxrl pbt`
+prior that excludes its field's starting value (`jaxrl.pbt_settings`) and a run folder the command cannot use (a
+missing --resume folder, a --run-dir that holds a run), all answered before JAX starts, and a value only the whole
+Config refuses (a minibatch count that does not divide the batch: answered once JAX and the algorithm are
+imported); the seconds until `jaxrl train ppo` prints its first status line on a terminal (a pseudo-terminal here)
+and until its progress bar first moves; and the compile seconds of a run with a cold persistent compilation cache,
+of a rerun, and of a resume.
 
     python -m benchmarks.cli_latency [--repeats 5]
 
@@ -43,18 +44,22 @@ COMMANDS = {
     "jaxrl train ppo --num-envs x (bad value)": ["train", "ppo", "--num-envs", "x"],
     "jaxrl train ppo --learning-rate -1 (refused by its field's rule)": ["train", "ppo", "--learning-rate", "-1"],
     "jaxrl train ppo --num-minibatches 7 (refused by the whole Config)": ["train", "ppo", "--num-minibatches", "7"],
+    "jaxrl train ppo --env CartPole-v0 (unknown env id)": ["train", "ppo", "--env", "CartPole-v0"],
 }
 
 
 def folder_commands(tmp: Path) -> dict[str, list[str]]:
-    """The folder refusals, on folders made under `tmp`: a missing one and one that holds a finished run."""
+    """The folder refusals, on folders made under `tmp`: a missing one and one that holds a finished run; and the
+    pbt refusal, whose --out is under `tmp`."""
     run = tmp / "finished"
     run.mkdir()
     (run / "config.json").write_text('{"algo": "ppo", "config": {}, "seeds": 1, "seed": 0}')
     (run / "summary.json").write_text("{}")
+    pbt = ["pbt", "ppo", "--explore", "learning_rate=loguniform:1e-5:1e-4", "--out", str(tmp / "population")]
     return {
         "jaxrl train ppo --resume MISSING (no such run folder)": ["train", "ppo", "--resume", str(tmp / "missing")],
         "jaxrl train ppo --run-dir RUN (holds a run)": ["train", "ppo", "--run-dir", str(run)],
+        "jaxrl pbt ppo --explore learning_rate=loguniform:1e-5:1e-4 (excludes the start)": pbt,
     }
 
 
