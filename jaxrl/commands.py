@@ -72,7 +72,8 @@ def check_config_flags(args) -> None:
     kinds = {name: kind for name, kind, *_ in entry["fields"]}
     defaults = {name: default for name, _, default, *_ in entry["fields"]}
     if not getattr(args, "resume", None) and "jaxrl.envs" not in sys.modules:  # an --env-module may have registered ids
-        catalog.check_env_id(getattr(args, "env", None) or defaults["env"])
+        env = getattr(args, "env", None)
+        catalog.check_env_id(defaults["env"] if env is None else env)
     if args.command == "sweep":
         from jaxrl import sweep_flags
 
