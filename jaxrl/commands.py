@@ -140,11 +140,17 @@ def train_command(args) -> int:
         config, settings = folder.resume_settings(Path(args.resume), args.algo, {**given, **run_flags})
     else:
         config, settings = config_from_args(module.Config, args), {**folder.RUN_DEFAULTS, **run_flags}
+    seed_devices = 1  # the devices the seeds are split over, whole seeds each
     if args.devices in (None, "auto"):
         from jaxrl.algos.base import auto_devices
 
-        args.devices = "all" if jax.process_count() > 1 else auto_devices(config, settings["seeds"])
+        if jax.process_count() > 1:
+            args.devices = "all"
+        else:
+            seed_devices = loop.auto_seed_devices(settings["seeds"])
+            args.devices = 1 if seed_devices > 1 else auto_devices(config, settings["seeds"])
     flags = {k: getattr(args, k) for k in ("checkpoint_every", "devices", "tensorboard", "target_return")}
+    flags.update(seed_devices=seed_devices)
     flags.update(num_chunks=args.chunks, progress=not (args.no_progress or args.quiet), status=not args.quiet)
     flags.update(run_dir=args.resume, resume=bool(args.resume))
     plan = loop.validate_run(module, config, loop.RunOptions(**settings, **flags))  # before a run folder is named

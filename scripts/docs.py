@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import textwrap
 from pathlib import Path
@@ -348,6 +349,7 @@ def throughput() -> str:
         + notes("throughput")
         + accelerators()
         + cpu_threads()
+        + seed_devices()
         + "\n## Seeds and sweeps over devices\n\nScript: `python -m benchmarks.sweep_throughput`.\n\n"
         + machine(sw)
         + f"\nConfig: `{json.dumps(sw['config'])}`.\n\n"
@@ -427,6 +429,51 @@ def cpu_threads() -> str:
             )
         )
     return text + notes("cpu_threads")
+
+
+def seed_devices() -> str:
+    """`jaxrl train --seeds N` with the seeds split over the CPU devices against one device
+    (`benchmarks.seed_devices`), by case."""
+    text = (
+        "\n## Seeds split over the CPU devices\n\nScript: `python -m benchmarks.seed_devices`: whole `jaxrl train` "
+        "processes, `--devices auto` (whole seeds on each of the CPU devices, one per core) against `--devices 1`, "
+        "alternated (ABBA); env steps/s over all seeds with the compile excluded, and the wall seconds of the "
+        "process.\n"
+    )
+    for path in sorted(RESULTS.glob("seed_devices*.json")):
+        data = json.loads(path.read_text())
+        rows = []
+        for case, layouts in data["runs"].items():
+            split, one = layouts["seeds split (auto)"], layouts["one device"]
+            ratios = [a["steps_per_second"] / b["steps_per_second"] for a, b in zip(split, one, strict=True)]
+            for layout, runs in layouts.items():
+                rows.append(
+                    {
+                        "command": f"`{data['cases'][case]}`",
+                        "layout": f"{layout}, {runs[0]['seed_devices']} device(s)",
+                        "speeds": sorted(r["steps_per_second"] for r in runs),
+                        "ratios": ratios if layout == "seeds split (auto)" else [],
+                        "compile": statistics.median(r["compile_s"] for r in runs),
+                        "wall": statistics.median(r["wall_s"] for r in runs),
+                    }
+                )
+        text += (
+            "\n"
+            + machine(data)
+            + "\n"
+            + table(
+                rows,
+                [
+                    ("command", lambda r: r["command"]),
+                    ("layout", lambda r: r["layout"]),
+                    ("env steps/s", lambda r: " - ".join(num(x) for x in r["speeds"])),
+                    ("split / one device, per round", lambda r: ", ".join(num(x, 2) for x in r["ratios"])),
+                    ("compile s", lambda r: num(r["compile"])),
+                    ("process wall s", lambda r: num(r["wall"])),
+                ],
+            )
+        )
+    return text + notes("seed_devices")
 
 
 def accelerators() -> str:

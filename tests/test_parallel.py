@@ -22,6 +22,7 @@ from conftest import FAST_COMPILE, assert_trees_close
 from jaxrl import envs, optim, parallel
 from jaxrl.algos import base, dqn, grpo, ppo, trpo, vmpo
 from jaxrl.networks import ActorCritic
+from jaxrl.run import loop
 
 TIMEOUT_S = 240
 
@@ -379,6 +380,86 @@ def test_cli_devices_and_cpu_cores(tmp_path):
     except subprocess.TimeoutExpired:
         pytest.fail(f"jaxrl train --devices 2 did not finish in {TIMEOUT_S} s")
     assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
+SEEDS_SPLIT = """
+import json, shutil, sys, numpy as np, jax
+from jaxrl import cli
+from jaxrl.algos import ppo
+from jaxrl.run import compile, logging, loop
+root = sys.argv[1]
+tiny = "--num-envs 4 --num-steps 16 --total-timesteps 384 --update-epochs 1 --num-minibatches 2 --hidden-sizes 16,16"
+argv = ["train", "ppo", *tiny.split(), "--seeds", "4", "--cpu-cores", "2", "--no-progress", "--quiet"]
+assert cli.main([*argv, "--run-dir", root + "/cli"]) == 0
+assert json.load(open(root + "/cli/summary.json"))["seed_devices"] == 2 and len(jax.devices()) == 2
+compile.enable_compilation_cache(root + "/xla")  # the runs share their compiled chunks
+config = ppo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=1, num_minibatches=2,
+                    hidden_sizes=(16, 16))
+kw = dict(seeds=4, num_chunks=3, progress=False, eval_every=3, eval_episodes=2, seed_devices=2)
+full = loop.run(ppo, config, run_dir=root + "/full", **kw)
+for leaf in jax.tree.leaves(full.state):  # every leaf split along its seed axis
+    assert tuple(leaf.sharding.spec)[:1] == ("seeds",) and len(leaf.sharding.device_set) == 2, leaf.sharding
+assert np.isfinite(full.metrics["eval_return"][:, -1]).all() and full.seed_devices == 2
+
+append, calls = logging.CsvSink.write, [0]
+def interrupt_on_second_chunk(self, *args):
+    calls[0] += 1
+    append(self, *args)
+    if calls[0] == 2:
+        raise KeyboardInterrupt
+logging.CsvSink.write = interrupt_on_second_chunk
+try:
+    loop.run(ppo, config, run_dir=root + "/cut", checkpoint_every=100, **kw)
+    raise AssertionError("not interrupted")
+except loop.Interrupted as stop:
+    assert stop.iteration == 4
+logging.CsvSink.write = append
+shutil.copytree(root + "/cut", root + "/cut1")
+resumed = loop.run(ppo, config, run_dir=root + "/cut", resume=True, **kw)
+for name in full.metrics:
+    np.testing.assert_array_equal(resumed.metrics[name], full.metrics[name], err_msg=name)
+def raw(x):
+    return np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+for a, b in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(full.state)):
+    np.testing.assert_array_equal(raw(a), raw(b))
+on_one = loop.run(ppo, config, run_dir=root + "/cut1", resume=True, **{**kw, "seed_devices": 1})
+np.testing.assert_array_equal(on_one.metrics["episode_return"][:, :4], full.metrics["episode_return"][:, :4])
+def flat(result):  # [seeds, parameters]
+    return np.concatenate([raw(x).reshape(4, -1) for x in jax.tree.leaves(result.state.params)], 1)
+ones, splits = flat(on_one), flat(full)
+near = np.abs(ones - splits).max()
+apart = min(np.abs(splits[i] - splits[j]).max() for i in range(4) for j in range(i))
+assert near < 1e-4 < 1e-2 < apart, (near, apart)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize(
+    ("seeds", "devices", "split"), [(4, 2, 2), (3, 2, 1), (6, 4, 3), (1, 8, 1), (8, 1, 1), (0, 2, 1), (-2, 2, 1)]
+)
+def test_auto_splits_the_seeds_over_the_most_devices_that_divide_them(monkeypatch, seeds, devices, split):
+    monkeypatch.setattr(jax, "local_device_count", lambda: devices)
+    assert loop.auto_seed_devices(seeds) == split
+
+
+def test_a_seed_split_that_does_not_fit_is_refused_before_compiling():
+    with pytest.raises(ValueError, match=r"^seed_devices=2 does not divide seeds=3: each device trains whole seeds"):
+        loop.validate_run(ppo, ppo.Config(), loop.RunOptions(seeds=3, seed_devices=2))
+    with pytest.raises(ValueError, match=r"^seed_devices=2: this process has 1 device\(s\) \(on a CPU, more with"):
+        loop.validate_run(ppo, ppo.Config(), loop.RunOptions(seeds=4, seed_devices=2))
+    with pytest.raises(ValueError, match=r"^seed_devices=0: a number of devices, >= 1"):
+        loop.validate_run(ppo, ppo.Config(), loop.RunOptions(seed_devices=0))
+
+
+@pytest.mark.slow
+def test_seeds_split_over_two_devices_train_whole_seeds_and_resume_exactly(tmp_path):
+    """`jaxrl train --devices auto` splits the seeds over the devices when they divide them evenly, and `loop.run(...,
+    seed_devices=2)` trains whole seeds on each device (every leaf of the state split along its seed axis, the
+    evaluation inside the chunks included); an interrupted run resumed the same way equals the uninterrupted one
+    bit for bit, and its checkpoint resumes on one device, each seed continuing where it stopped (its parameters
+    within rounding of the split run's, far from every other seed's)."""
+    out = run_on_two_devices(SEEDS_SPLIT, timeout=600, args=(str(tmp_path),))
+    assert "ok" in out, out
 
 
 LEARNS = """

@@ -2,6 +2,10 @@
 `lax.scan`, optionally followed by a deterministic evaluation), the chunk plan, compiling them side by side, and
 JAX's persistent compilation cache (`enable_compilation_cache`).
 
+The seeds of a run are one batch axis, laid out one of three ways: on one device; over a `seeds_mesh`, each
+device training whole seeds (the seed axis sharded; the seeds never talk to each other, so nothing crosses
+devices); or over a data-parallel `mesh`, each seed's one policy trained over every device (`jaxrl.parallel`).
+
 Evaluation keys come from their own stream, `eval_keys(seed, seeds)` folded with the iteration count, never
 from the training keys, so evaluating changes no training number. The evaluation's results are the metrics
 `eval_return` and `eval_length` (means over the episodes that ended within the env's time limit) and
@@ -29,6 +33,25 @@ from jaxrl.episodes import evaluate
 
 EVAL_STREAM = 0x6576616C  # "eval": folded into the base key for the evaluation key stream
 EVAL_METRICS = ("eval_return", "eval_length", "eval_finished")
+SEED_AXIS = "seeds"  # the axis of a seeds mesh
+
+
+def seeds_mesh(count: int) -> Mesh:
+    """The 1-D mesh of the first `count` local devices over the seed axis: each device trains whole seeds."""
+    return Mesh(np.array(jax.local_devices()[:count]), (SEED_AXIS,))
+
+
+def seed_sharding(mesh: Mesh) -> NamedSharding:
+    """The seed axis (the leading axis of every leaf of a run's state) split over a seeds mesh."""
+    return NamedSharding(mesh, P(SEED_AXIS))
+
+
+def _jit_over_seeds(fn, mesh: Mesh, split: int, whole: int = 0):
+    """`jax.jit` of `fn`, a function vmapped over seeds, with its first `split` arguments and every output split
+    over `mesh` along the seed axis and its last `whole` arguments on every device: XLA's SPMD partitioner gives
+    each device its seeds' share of the program."""
+    seeds, every = seed_sharding(mesh), NamedSharding(mesh, P())
+    return jax.jit(fn, in_shardings=(seeds,) * split + (every,) * whole, out_shardings=seeds)
 
 
 def chunk_sizes(num_iterations: int, num_chunks: int) -> list[int]:
@@ -74,12 +97,13 @@ def eval_keys(seed: int, seeds: int) -> jax.Array:
     return jax.random.split(jax.random.fold_in(jax.random.key(seed), EVAL_STREAM), seeds)
 
 
-def make_init(algo: Algorithm, config, mesh: Mesh | None = None):
-    """The jitted init of every seed: keys [S] -> TrainState stacked over seeds. With a `mesh` of D devices
-    (data parallelism, `jaxrl.parallel`): each device inits the per-device Config, and the state is
-    device-stacked, leaves [D, S, ...]."""
+def make_init(algo: Algorithm, config, mesh: Mesh | None = None, seeds_mesh: Mesh | None = None):
+    """The jitted init of every seed: keys [S] -> TrainState stacked over seeds, split over `seeds_mesh` when
+    given. With a `mesh` of D devices (data parallelism, `jaxrl.parallel`): each device inits the per-device
+    Config, and the state is device-stacked, leaves [D, S, ...]."""
     if mesh is None:
-        return jax.jit(jax.vmap(lambda k: base.initial_state(config, k, algo=algo)))
+        init = jax.vmap(lambda k: base.initial_state(config, k, algo=algo))
+        return jax.jit(init) if seeds_mesh is None else _jit_over_seeds(init, seeds_mesh, 1)
     local = parallel.local_config(config, mesh.size)
 
     def init(keys):
@@ -142,12 +166,23 @@ def evaluation_scores(algo: Algorithm, config, state, eval_key, iteration, episo
     }
 
 
-def make_chunk_program(algo: Algorithm, config, size: int, eval_episodes: int = 0, mesh: Mesh | None = None):
-    """The jitted chunk over every seed (vmapped `make_chunk`); with a `mesh`, over a device-stacked state
-    [D, S, ...] (each device runs the per-device Config; metrics and evaluation scores come back replicated)."""
+def make_chunk_program(
+    algo: Algorithm,
+    config,
+    size: int,
+    eval_episodes: int = 0,
+    mesh: Mesh | None = None,
+    seeds_mesh: Mesh | None = None,
+):
+    """The jitted chunk over every seed (vmapped `make_chunk`), the seeds split over `seeds_mesh` when given; with
+    a `mesh`, over a device-stacked state [D, S, ...] (each device runs the per-device Config; metrics and
+    evaluation scores come back replicated)."""
     in_axes = (0, 0, None) if eval_episodes else 0
     if mesh is None:
-        return jax.jit(jax.vmap(make_chunk(algo, config, size, eval_episodes), in_axes=in_axes))
+        chunk = jax.vmap(make_chunk(algo, config, size, eval_episodes), in_axes=in_axes)
+        if seeds_mesh is None:
+            return jax.jit(chunk)
+        return _jit_over_seeds(chunk, seeds_mesh, *((2, 1) if eval_episodes else (1, 0)))
     chunk = jax.vmap(make_chunk(algo, parallel.local_config(config, mesh.size), size, eval_episodes), in_axes=in_axes)
     stacked, replicated = P(parallel.AXIS), P()
 
@@ -172,18 +207,29 @@ def _jit_sharded(fn, mesh: Mesh, in_specs, out_specs):
 
 
 def compile_programs(
-    algo: Algorithm, config, init, keys, abstract_state, plan, eval_episodes: int, keys_eval, mesh=None
+    algo: Algorithm,
+    config,
+    init,
+    keys,
+    abstract_state,
+    plan,
+    eval_episodes: int,
+    keys_eval,
+    mesh=None,
+    seeds_mesh=None,
 ):
-    """Compiles one vmapped chunk program per distinct (size, evaluated) of `plan` (over `mesh` when given),
-    and runs `init` on `keys` unless `init` is None (a resume). XLA compiles outside the GIL, so the programs
-    compile side by side on separate cores. Returns (initial state or None, {(size, evaluated): compiled chunk})."""
+    """Compiles one vmapped chunk program per distinct (size, evaluated) of `plan` (over `mesh` or `seeds_mesh`
+    when given), and runs `init` on `keys` unless `init` is None (a resume). XLA compiles outside the GIL, so the
+    programs compile side by side on separate cores. Returns (initial state or None, {(size, evaluated): compiled
+    chunk})."""
     iteration_arg = jax.ShapeDtypeStruct((), np.int32)
+    layout = dict(mesh=mesh, seeds_mesh=seeds_mesh)
 
     def lower(size, with_eval):
         if with_eval:
-            program = make_chunk_program(algo, config, size, eval_episodes, mesh)
+            program = make_chunk_program(algo, config, size, eval_episodes, **layout)
             return program.lower(abstract_state, keys_eval, iteration_arg).compile()
-        return make_chunk_program(algo, config, size, mesh=mesh).lower(abstract_state).compile()
+        return make_chunk_program(algo, config, size, **layout).lower(abstract_state).compile()
 
     programs = set(plan)
     pool = ThreadPoolExecutor(max_workers=1 + len(programs))

@@ -2,7 +2,8 @@
 compiled chunks of `lax.scan`, with host work (sinks, progress bar, divergence checks, checkpoints) in between.
 
 It gives exactly the numbers of `jax.vmap(algo.make_train(config))(keys)`: the chunks are the same pure
-iteration applied to the same state, only split across calls. Each finished chunk's metrics go to the sinks at
+iteration applied to the same state, only split across calls. With `seed_devices=D` the seeds are split over D
+devices, whole seeds each: the same iteration, compiled for the D-device mesh, so equal up to rounding. Each finished chunk's metrics go to the sinks at
 once (`metrics.csv` is flushed), so an interrupted run keeps every completed iteration. With `eval_every=K`,
 every K-th chunk (and the last) ends with a deterministic evaluation inside the same compiled program
 (`jaxrl.run.compile`); its metrics are NaN except at the last iteration of an evaluated chunk.
@@ -32,7 +33,15 @@ from jaxrl import parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm, to_dict
 from jaxrl.run import folder, hosts, session
-from jaxrl.run.compile import EVAL_METRICS, cache_events, cache_note, check_memory, is_out_of_memory, make_init
+from jaxrl.run.compile import (
+    EVAL_METRICS,
+    cache_events,
+    cache_note,
+    check_memory,
+    is_out_of_memory,
+    make_init,
+    seeds_mesh,
+)
 from jaxrl.run.folder import RunDirError, make_run_dir  # noqa: F401  (what run raises and names, importable here)
 from jaxrl.run.report import RunResult, first_divergence, last_finite_return, progress_text, write_summary
 from jaxrl.run.signals import DeferredStop, Stop, TermAsInterrupt, signum_of  # noqa: F401  (Stop: importable here)
@@ -114,7 +123,9 @@ class RunOptions:
     there), metrics.csv (and with `tensorboard` TensorBoard event files); `eval_every` / `eval_episodes`: the
     evaluation inside the chunks; `sinks`: more metric sinks; `target_return`: reported in summary.json;
     `name`: the algorithm's name (default its registered one); `devices`: the devices of each seed's one
-    data-parallel policy (a count, "all", a Mesh or a list of devices). `progress`: the progress bar; `status`:
+    data-parallel policy (a count, "all", a Mesh or a list of devices); `seed_devices`: the local devices the
+    seeds are split over, whole seeds each (a count that divides `seeds`; 1: every seed on one device; one
+    process, with `devices=1`). `progress`: the progress bar; `status`:
     when stderr is a terminal, status lines before it (compiling, then the compile seconds and whether the
     persistent compilation cache had the programs)."""
 
@@ -133,13 +144,15 @@ class RunOptions:
     target_return: float | None = None
     name: str | None = None
     devices: Any = 1
+    seed_devices: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """A validated run (`validate_run`): the algorithm, its Config, the options, the algorithm's name, the
-    data-parallel mesh (None: one device per seed) and, on one device, the jitted init that the memory check
-    traced (`compile.make_init`), so that the compile reuses its trace."""
+    data-parallel mesh (None: one device per seed), the mesh the seeds are split over (None: not split) and,
+    without a data-parallel mesh, the jitted init that the memory check traced (`compile.make_init`), so that the
+    compile reuses its trace."""
 
     algo: Algorithm
     config: Any
@@ -147,6 +160,7 @@ class Plan:
     name: str
     mesh: Mesh | None
     init: Any = None
+    seeds_mesh: Mesh | None = None
 
     def with_options(self, **changes) -> Plan:
         """The same plan with options that no validation depends on changed: a new run's `run_dir` (named once
@@ -191,9 +205,43 @@ def validate_run(algo: Algorithm, config, options: RunOptions | None = None, **f
     if o.resume and o.run_dir is None:
         raise ValueError("resume=True needs the run_dir to resume from.")
     mesh = None if mesh is not None and mesh.size == 1 else mesh
-    init = make_init(algo, config) if mesh is None else None
-    check_memory(local, o.seeds, init=init)  # what one device holds
-    return Plan(algo, config, o, base.name_of(algo) if o.name is None else o.name, mesh, init)
+    split = _seeds_mesh(o, mesh)
+    init = make_init(algo, config, seeds_mesh=split) if mesh is None else None
+    check_memory(local, o.seeds, init=init)  # what one device holds (with split seeds, at most that)
+    return Plan(algo, config, o, base.name_of(algo) if o.name is None else o.name, mesh, init, split)
+
+
+def auto_seed_devices(seeds: int) -> int:
+    """The devices `jaxrl train --devices auto` splits `seeds` over: the most local devices that divide them evenly
+    (whole seeds per device: the seeds never talk to each other, so each device works alone); 1 with one seed, one
+    device, or over several processes."""
+    if jax.process_count() > 1 or not isinstance(seeds, int) or seeds < 2:  # a bad count is refused by `run`
+        return 1
+    return max(d for d in range(1, min(jax.local_device_count(), seeds) + 1) if seeds % d == 0)
+
+
+def _seeds_mesh(o: RunOptions, mesh: Mesh | None) -> Mesh | None:
+    """The mesh `o.seed_devices` splits the seeds over (None for 1), or a ValueError naming what does not fit."""
+    _count(o.seed_devices, "seed_devices", 1, "a number of devices, >= 1")
+    if o.seed_devices == 1:
+        return None
+    if mesh is not None:
+        raise ValueError(
+            f"seed_devices={o.seed_devices} with devices={o.devices!r}: split either the seeds (whole seeds per "
+            "device) or each seed's envs (data parallelism) over the devices, not both."
+        )
+    if jax.process_count() > 1:
+        raise ValueError(f"seed_devices={o.seed_devices}: seeds are split over the devices of one process only.")
+    if o.seeds % o.seed_devices:
+        raise ValueError(
+            f"seed_devices={o.seed_devices} does not divide seeds={o.seeds}: each device trains whole seeds."
+        )
+    if o.seed_devices > jax.local_device_count():
+        raise ValueError(
+            f"seed_devices={o.seed_devices}: this process has {jax.local_device_count()} device(s) "
+            "(on a CPU, more with --cpu-cores)."
+        )
+    return seeds_mesh(o.seed_devices)
 
 
 def run(algo: Algorithm, config, options: RunOptions | None = None, **fields) -> RunResult:
@@ -347,7 +395,7 @@ def _train(plan: Plan, held: session.Session, claim: folder.Claim, run_dir: Path
     env_steps = (np.arange(config.num_iterations) + 1) * steps
     return RunResult(
         config, held.state, held.metrics(), env_steps, np.asarray(wall), held.compile_s, run_s, run_dir,
-        held.done - done_before, held.num_devices,
+        held.done - done_before, held.num_devices, o.seed_devices,
     )  # fmt: skip
 
 

@@ -136,6 +136,7 @@ class RunResult:
     run_dir: Path | None
     iterations_run: int | None = None  # iterations this call trained (a resume: those after the checkpoint)
     devices: int = 1  # the devices each seed's policy trained data-parallel over
+    seed_devices: int = 1  # the devices the seeds were split over, whole seeds each
 
     @property
     def steps_per_second(self) -> float:
@@ -196,6 +197,8 @@ def summary(result: RunResult, target_return: float | None = None) -> dict[str, 
         "steps_per_second": None if np.isnan(result.steps_per_second) else round(result.steps_per_second),
         "devices": int(result.devices),
     }
+    if result.seed_devices > 1:
+        out["seed_devices"] = int(result.seed_devices)
     if result.iterations_run is not None:
         out["iterations_run"] = int(result.iterations_run)
     if "eval_return" in result.metrics:
@@ -262,7 +265,9 @@ def format_summary(info: dict[str, Any]) -> str:
 
 
 def _on_devices(info: dict[str, Any]) -> str:
-    devices = info.get("devices", 1)
+    devices, split = info.get("devices", 1), info.get("seed_devices", 1)
+    if split > 1:
+        return f", on {split} devices, {info['seeds'] // split} seed(s) each"
     return f", on {devices} devices" if devices > 1 else ""
 
 

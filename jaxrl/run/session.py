@@ -27,6 +27,7 @@ from jaxrl.run.compile import (
     make_chunk_program,
     make_init,
     rest_of_plan,
+    seed_sharding,
 )
 from jaxrl.run.compile import abstract_state as compile_state_shape
 
@@ -50,6 +51,7 @@ class Session:
     info: dict
     num_devices: int
     saved: int | None
+    seeds_split: bool = False  # the state's seeds are split over several devices (`compile.seeds_mesh`)
 
     def chunk(self, size: int, evaluated: bool):
         """Runs one compiled chunk of `size` iterations from `state`: (new state, metrics, evaluation scores or
@@ -81,7 +83,8 @@ class Session:
         nothing new since the last save or no iteration at all."""
         if self.checkpoints is not None and self.history and self.saved != self.done:
             merged, devices = self.metrics(), self.num_devices
-            on_host = hosts.to_host(checkpoint.unwrap_keys(self.state)) if devices > 1 else self.state  # every process
+            spread = devices > 1 or self.seeds_split  # saved as host arrays: the checkpoint holds no device layout
+            on_host = hosts.to_host(checkpoint.unwrap_keys(self.state)) if spread else self.state  # every process
 
             def write():
                 try:
@@ -98,16 +101,18 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
     the latest checkpoint in `checkpoints`; a Ctrl-C that a gc callback swallowed while compiling is raised
     here."""
     start_time = time.perf_counter()
-    algo, config, options, mesh = plan.algo, plan.config, plan.options, plan.mesh
-    init = make_init(algo, config, mesh) if plan.init is None else plan.init
+    algo, config, options, mesh, split = plan.algo, plan.config, plan.options, plan.mesh, plan.seeds_mesh
+    init = make_init(algo, config, mesh, split) if plan.init is None else plan.init
     abstract_state = jax.eval_shape(init, keys)
     done, state, history = 0, None, []
     if options.resume:
-        done, state, restored = _restore(algo, config, keys, checkpoints, abstract_state, info, mesh)
+        done, state, restored = _restore(algo, config, keys, checkpoints, abstract_state, info, mesh, split)
         history = [restored]
     whole = chunk_plan(config.num_iterations, options.num_chunks, options.eval_every)  # the run's, not the resume's
     first_chunk, chunks = rest_of_plan(whole, done)
     keys_eval = eval_keys(options.seed, options.seeds)
+    if split is not None:  # where the compiled programs take them
+        keys, keys_eval = jax.device_put((keys, keys_eval), seed_sharding(split))
     initial, compiled = compile_programs(
         algo,
         config,
@@ -118,6 +123,7 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
         options.eval_episodes,
         keys_eval,
         mesh,
+        split,
     )
     num_devices = 1 if mesh is None else mesh.size
     return Session(
@@ -133,6 +139,7 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
         info=info,
         num_devices=num_devices,
         saved=done if options.resume else None,
+        seeds_split=split is not None,
     )
 
 
@@ -150,9 +157,10 @@ def open_sinks(
     return sinks + list(extra or [])
 
 
-def _restore(algo: Algorithm, config, keys, checkpoints: Path, abstract_state, info: dict, mesh):
+def _restore(algo: Algorithm, config, keys, checkpoints: Path, abstract_state, info: dict, mesh, seeds_mesh=None):
     """(iteration, state, metrics) of the run's latest checkpoint, the state laid out for `mesh` (None: one
-    device). Over several processes process 0 reads it and the others get it from process 0 (`hosts`)."""
+    device) or with its seeds split over `seeds_mesh`. Over several processes process 0 reads it and the others
+    get it from process 0 (`hosts`)."""
     devices = 1 if mesh is None else mesh.size
 
     def read():
@@ -166,8 +174,9 @@ def _restore(algo: Algorithm, config, keys, checkpoints: Path, abstract_state, i
         state = hosts.from_lead(None if state is None else checkpoint.unwrap_keys(state), raw)
         like = _metrics_like(algo, config, abstract_state, mesh, done, evaluated="eval" in info)
         metrics = hosts.from_lead(metrics, like)
-    if mesh is not None:
-        placed = jax.device_put(checkpoint.unwrap_keys(state), NamedSharding(mesh, P(parallel.AXIS)))
+    if mesh is not None or seeds_mesh is not None:
+        layout = NamedSharding(mesh, P(parallel.AXIS)) if mesh is not None else seed_sharding(seeds_mesh)
+        placed = jax.device_put(checkpoint.unwrap_keys(state), layout)
         state = checkpoint.rewrap_keys(placed, abstract_state)
     return done, state, metrics
 

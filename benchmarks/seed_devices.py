@@ -1,0 +1,113 @@
+"""`jaxrl train --seeds N` as a user runs it: the seeds split over the CPU devices (`--devices auto`, whole seeds per
+device, one XLA CPU device per core) against every seed on one device (`--devices 1`), each a whole `jaxrl train`
+process.
+
+    python -m benchmarks.seed_devices [--cases ppo_purejaxrl_8 ppo_4 dqn_4] [--rounds 2] [--tag epyc_avx2]
+
+Cases: PPO at PureJaxRL's CartPole config (4 envs x 128 steps, 4 epochs x 4 minibatches) with 8 seeds, and `jaxrl
+train ppo` and `jaxrl train dqn` at their defaults with 4 seeds. The two layouts alternate, forward in even rounds and
+backward in odd ones (ABBA). Each figure comes from the run's summary.json: env steps/s over all seeds (compile
+excluded), compile seconds, the final return's mean over seeds, and the process's wall seconds from start to exit.
+Output: a table, and `benchmarks/results/seed_devices[_TAG].{json,md}` with the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import machine, write_json
+
+RESULTS = Path(__file__).parent / "results"
+PUREJAXRL_PPO = (
+    "--num-envs 4 --num-steps 128 --update-epochs 4 --num-minibatches 4 --learning-rate 2.5e-4 --max-grad-norm 0.5"
+)
+CASES = {
+    "ppo_purejaxrl_8": f"ppo {PUREJAXRL_PPO} --total-timesteps 2e5 --seeds 8",
+    "ppo_4": "ppo --seeds 4",
+    "dqn_4": "dqn --seeds 4",
+}
+LAYOUTS = {"seeds split (auto)": "--devices auto", "one device": "--devices 1"}
+
+
+def train(case: str, layout: str, folder: Path) -> dict:
+    """One `jaxrl train` process of `case` in `layout`: its summary.json and wall seconds."""
+    run = folder / f"{case}-{layout.split()[0]}-{time.monotonic_ns()}"
+    argv = [sys.executable, "-m", "jaxrl.cli", "train", *CASES[case].split(), *LAYOUTS[layout].split()]
+    start = time.perf_counter()
+    done = subprocess.run([*argv, "--no-progress", "--run-dir", str(run)], capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stderr[-2000:]}")
+    summary = json.loads((run / "summary.json").read_text())
+    return {
+        "steps_per_second": summary["steps_per_second"],
+        "compile_s": summary["compile_s"],
+        "final_return_mean": summary["final_return_mean"],
+        "seed_devices": summary.get("seed_devices", 1),
+        "wall_s": round(wall, 2),
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tag", default="")
+    args = parser.parse_args(argv)
+    load_before = os.getloadavg()
+    runs: dict[str, dict[str, list[dict]]] = {case: {layout: [] for layout in LAYOUTS} for case in args.cases}
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in args.cases:
+            for round_ in range(args.rounds):
+                for layout in list(LAYOUTS)[:: 1 if round_ % 2 == 0 else -1]:
+                    runs[case][layout].append(train(case, layout, Path(tmp)))
+                    print(case, layout, runs[case][layout][-1], flush=True)
+    record = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "cases": {case: f"jaxrl train {CASES[case]}" for case in args.cases},
+        "runs": runs,
+    }
+    name = "seed_devices" + (f"_{args.tag}" if args.tag else "")
+    write_json(RESULTS / f"{name}.json", record)
+    lines = [
+        "# Seeds split over the CPU devices against one device (`python -m benchmarks.seed_devices`)",
+        "",
+        f"{record['machine']['processor']}, {record['machine']['cpu_count']} CPUs; load before "
+        f"{record['load_before']}, after {record['load_after']}; {args.rounds} round(s), ABBA; each a whole "
+        "`jaxrl train` process.",
+        "",
+        "| case | layout | env steps/s | split / one device, per round | compile s | wall s | final return |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for case, layouts in runs.items():
+        split, one = layouts["seeds split (auto)"], layouts["one device"]
+        ratios = [a["steps_per_second"] / b["steps_per_second"] for a, b in zip(split, one, strict=True)]
+        for layout, rows in layouts.items():
+            speeds = [r["steps_per_second"] for r in rows]
+            shown = ", ".join(f"{r:.2f}" for r in ratios) if layout == "seeds split (auto)" else ""
+            lines.append(
+                f"| `{CASES[case]}` | {layout} ({rows[0]['seed_devices']} device(s)) | "
+                f"{min(speeds) / 1e3:.0f}k-{max(speeds) / 1e3:.0f}k | {shown} | "
+                f"{statistics.median(r['compile_s'] for r in rows):.1f} | "
+                f"{statistics.median(r['wall_s'] for r in rows):.1f} | "
+                f"{statistics.median(r['final_return_mean'] for r in rows):.1f} |"
+            )
+    text = "\n".join(lines) + "\n"
+    (RESULTS / f"{name}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
