@@ -302,7 +302,20 @@ def test_relayout_keeps_replicated_leaves_and_resplits_envs():
 # Two devices, in a subprocess
 # ---------------------------------------------------------------------------------------------------------------
 
-RUNNER = """
+# A script's lines that make the CsvSink raise KeyboardInterrupt after writing chunk CHUNK (as a Ctrl-C there would);
+# `logging.CsvSink.write = append` puts the sink back.
+INTERRUPT_AFTER_CHUNK = """
+append, calls = logging.CsvSink.write, [0]
+def interrupt_after_chunk(self, *args):
+    calls[0] += 1
+    append(self, *args)
+    if calls[0] == CHUNK:
+        raise KeyboardInterrupt
+logging.CsvSink.write = interrupt_after_chunk
+"""
+
+RUNNER = (
+    """
 import shutil, sys, numpy as np, jax
 from jaxrl.algos import ppo
 from jaxrl.run import checkpoint, compile, logging, loop
@@ -317,15 +330,9 @@ assert np.isfinite(full.metrics["eval_return"][:, 2]).all() and np.isnan(full.me
 chunked = loop.run(ppo, config, run_dir=None, devices=2, **{{**kw, "num_chunks": 2, "eval_every": 0}})
 for name in chunked.metrics:  # training metrics (the evaluations fall on other chunks)
     np.testing.assert_array_equal(chunked.metrics[name], full.metrics[name], err_msg=name)
-
-append, calls = logging.CsvSink.write, [0]
-def interrupt_on_third_chunk(self, *args):
-    calls[0] += 1
-    append(self, *args)
-    if calls[0] == 3:
-        raise KeyboardInterrupt
-logging.CsvSink.write = interrupt_on_third_chunk
-try:
+"""
+    + INTERRUPT_AFTER_CHUNK.replace("CHUNK", "3")
+    + """try:
     loop.run(ppo, config, run_dir=root + "/cut", devices=2, checkpoint_every=100, **kw)
     raise AssertionError("not interrupted")
 except loop.Interrupted as stop:
@@ -344,6 +351,7 @@ np.testing.assert_array_equal(on_one.metrics["episode_return"][:, :3], full.metr
 assert np.isfinite(on_one.metrics["value_loss"]).all()
 print("ok")
 """
+)
 
 
 @pytest.mark.extended
@@ -382,17 +390,18 @@ def test_cli_devices_and_cpu_cores(tmp_path):
     assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr[-3000:]
 
 
-SEEDS_SPLIT = """
+SEEDS_SPLIT = (
+    """
 import json, shutil, sys, numpy as np, jax
 from jaxrl import cli
 from jaxrl.algos import ppo
-from jaxrl.run import compile, logging, loop
+from jaxrl.run import logging, loop
 root = sys.argv[1]
 tiny = "--num-envs 4 --num-steps 16 --total-timesteps 384 --update-epochs 1 --num-minibatches 2 --hidden-sizes 16,16"
-argv = ["train", "ppo", *tiny.split(), "--seeds", "4", "--cpu-cores", "2", "--no-progress", "--quiet"]
-assert cli.main([*argv, "--run-dir", root + "/cli"]) == 0
+argv = ["train", "ppo", *tiny.split(), "--seeds", "4", "--cpu-cores", "2", "--chunks", "3", "--eval-every", "3"]
+argv += ["--eval-episodes", "2", "--no-progress", "--quiet", "--run-dir", root + "/cli"]
+assert cli.main(argv) == 0  # its programs, in the persistent compilation cache, are the runs' below
 assert json.load(open(root + "/cli/summary.json"))["seed_devices"] == 2 and len(jax.devices()) == 2
-compile.enable_compilation_cache(root + "/xla")  # the runs share their compiled chunks
 config = ppo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=1, num_minibatches=2,
                     hidden_sizes=(16, 16))
 kw = dict(seeds=4, num_chunks=3, progress=False, eval_every=3, eval_episodes=2, seed_devices=2)
@@ -400,15 +409,9 @@ full = loop.run(ppo, config, run_dir=root + "/full", **kw)
 for leaf in jax.tree.leaves(full.state):  # every leaf split along its seed axis
     assert tuple(leaf.sharding.spec)[:1] == ("seeds",) and len(leaf.sharding.device_set) == 2, leaf.sharding
 assert np.isfinite(full.metrics["eval_return"][:, -1]).all() and full.seed_devices == 2
-
-append, calls = logging.CsvSink.write, [0]
-def interrupt_on_second_chunk(self, *args):
-    calls[0] += 1
-    append(self, *args)
-    if calls[0] == 2:
-        raise KeyboardInterrupt
-logging.CsvSink.write = interrupt_on_second_chunk
-try:
+"""
+    + INTERRUPT_AFTER_CHUNK.replace("CHUNK", "2")
+    + """try:
     loop.run(ppo, config, run_dir=root + "/cut", checkpoint_every=100, **kw)
     raise AssertionError("not interrupted")
 except loop.Interrupted as stop:
@@ -432,6 +435,7 @@ apart = min(np.abs(splits[i] - splits[j]).max() for i in range(4) for j in range
 assert near < 1e-4 < 1e-2 < apart, (near, apart)
 print("ok")
 """
+)
 
 
 @pytest.mark.parametrize(

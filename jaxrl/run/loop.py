@@ -3,10 +3,11 @@ compiled chunks of `lax.scan`, with host work (sinks, progress bar, divergence c
 
 It gives exactly the numbers of `jax.vmap(algo.make_train(config))(keys)`: the chunks are the same pure
 iteration applied to the same state, only split across calls. With `seed_devices=D` the seeds are split over D
-devices, whole seeds each: the same iteration, compiled for the D-device mesh, so equal up to rounding. Each finished chunk's metrics go to the sinks at
-once (`metrics.csv` is flushed), so an interrupted run keeps every completed iteration. With `eval_every=K`,
-every K-th chunk (and the last) ends with a deterministic evaluation inside the same compiled program
-(`jaxrl.run.compile`); its metrics are NaN except at the last iteration of an evaluated chunk.
+devices, whole seeds each: the same iteration compiled for the D-device mesh, so equal up to rounding. Each
+finished chunk's metrics go to the sinks at once (`metrics.csv` is flushed), so an interrupted run keeps every
+completed iteration. With `eval_every=K`, every K-th chunk (and the last) ends with a deterministic evaluation
+inside the same compiled program (`jaxrl.run.compile`); its metrics are NaN except at the last iteration of an
+evaluated chunk.
 
 Everything a run is given is validated once (`validate_run`, which `run` calls and returns the `Plan` it
 executes) before anything is written or compiled. The run folder (claim, lock, cleanup) is `jaxrl.run.folder`;
