@@ -168,23 +168,13 @@ def test_the_catalog_matches_the_algorithms():
     ]  # fmt: skip
 
 
-def test_the_env_ids_match_the_environments():
-    """The env ids the command line knows without JAX are gymnax's and jaxrl's own, as a fresh process registers
-    them, for the installed gymnax; for another gymnax version it judges none and leaves them to `validate`."""
+def test_the_env_ids_match_the_environments_and_are_refused_in_their_words():
+    """The env ids the command line knows without JAX (`jaxrl/env_ids.json`) are gymnax's and jaxrl's own, as a fresh
+    process registers them, for the installed gymnax; and before JAX (`jaxrl.catalog.check_env_id`) and after
+    (`jaxrl.envs.check_env_id`), in that fresh process, each id gets the same refusal, or none. For another gymnax
+    version the early check judges no id and leaves them all to `validate`."""
     from jaxrl import catalog
 
-    fresh = python_c("import json; from jaxrl import catalog; print(json.dumps(catalog.build_env_ids()))")
-    fresh = json.loads(fresh.stdout)
-    if catalog.gymnax_version() == catalog.ENV_IDS["gymnax_version"]:
-        assert catalog.ENV_IDS == fresh
-        assert "CartPole-v1" in fresh["gymnax"] and "MemoryChain-bsuite-L10" in fresh["own"]
-    else:
-        catalog.check_env_id("CartPole-v0")
-
-
-def test_an_unknown_env_id_is_refused_in_the_words_of_the_environments():
-    """Before JAX (`jaxrl.catalog.check_env_id`) and after (`jaxrl.envs.check_env_id`), in a fresh process whose
-    registered ids are jaxrl's own: the same refusal, or none, for each id."""
     ids = ["CartPole-v0", "cartpole", "Nope", "MemoryChain-bsuite-L11", "popgym-CountRecallEasy-v1", "CartPole-v1",
            "MemoryChain-bsuite-L20", "popgym-RepeatPreviousHard-v0", "Breakout-MinAtar", "navix:Nope"]  # fmt: skip
     code = (
@@ -195,19 +185,21 @@ def test_an_unknown_env_id_is_refused_in_the_words_of_the_environments():
         "        check(env_id)\n"
         "    except Exception as error:\n"
         "        return str(error)\n"
-        f"print(json.dumps([[refusal(catalog.check_env_id, i), refusal(envs.check_env_id, i)] for i in {ids!r}]))"
+        f"pairs = [[refusal(catalog.check_env_id, i), refusal(envs.check_env_id, i)] for i in {ids!r}]\n"
+        "print(json.dumps({'ids': catalog.build_env_ids(), 'pairs': pairs}))"
     )
-    from jaxrl import catalog
-
+    fresh = json.loads(python_c(code).stdout)
     if catalog.gymnax_version() != catalog.ENV_IDS["gymnax_version"]:
-        pytest.skip(f"env_ids.json was read from gymnax {catalog.ENV_IDS['gymnax_version']}; the early check is off")
-    pairs = json.loads(python_c(code).stdout)
-    for env_id, (early, late) in zip(ids, pairs, strict=True):
+        assert all(early is None for early, _ in fresh["pairs"])
+        return
+    assert catalog.ENV_IDS == fresh["ids"]
+    assert "CartPole-v1" in fresh["ids"]["gymnax"] and "MemoryChain-bsuite-L10" in fresh["ids"]["own"]
+    for env_id, (early, late) in zip(ids, fresh["pairs"], strict=True):
         if ":" in env_id:  # a suite's id: checked once its adapter is imported
             assert early is None, env_id
         else:
             assert early == late, env_id
-    assert [early is None for early, _ in pairs] == [False] * 5 + [True] * 5
+    assert [early is None for early, _ in fresh["pairs"]] == [False] * 5 + [True] * 5
 
 
 def test_an_algorithm_is_summed_up_in_a_whole_phrase():
