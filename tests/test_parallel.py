@@ -433,6 +433,13 @@ ones, splits = flat(on_one), flat(full)
 near = np.abs(ones - splits).max()
 apart = min(np.abs(splits[i] - splits[j]).max() for i in range(4) for j in range(i))
 assert near < 1e-4 < 1e-2 < apart, (near, apart)
+counted = []  # the seeds the memory check counts: every seed on the host's memory, a device's own on an accelerator
+loop.check_memory = lambda config, seeds, **_: counted.append(seeds)
+loop.validate_run(ppo, config, loop.RunOptions(seeds=4, seed_devices=2))
+backend, jax.default_backend = jax.default_backend, lambda: "gpu"
+loop.validate_run(ppo, config, loop.RunOptions(seeds=4, seed_devices=2))
+jax.default_backend = backend
+assert counted == [4, 2], counted
 print("ok")
 """
 )
@@ -461,7 +468,8 @@ def test_seeds_split_over_two_devices_train_whole_seeds_and_resume_exactly(tmp_p
     seed_devices=2)` trains whole seeds on each device (every leaf of the state split along its seed axis, the
     evaluation inside the chunks included); an interrupted run resumed the same way equals the uninterrupted one
     bit for bit, and its checkpoint resumes on one device, each seed continuing where it stopped (its parameters
-    within rounding of the split run's, far from every other seed's)."""
+    within rounding of the split run's, far from every other seed's). The memory check counts every seed on CPU
+    devices, which share the host's memory, and a device's own seeds on an accelerator."""
     out = run_on_two_devices(SEEDS_SPLIT, timeout=600, args=(str(tmp_path),))
     assert "ok" in out, out
 

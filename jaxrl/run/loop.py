@@ -208,7 +208,10 @@ def validate_run(algo: Algorithm, config, options: RunOptions | None = None, **f
     mesh = None if mesh is not None and mesh.size == 1 else mesh
     split = _seeds_mesh(o, mesh)
     init = make_init(algo, config, seeds_mesh=split) if mesh is None else None
-    check_memory(local, o.seeds, init=init)  # what one device holds (with split seeds, at most that)
+    if split is None or jax.default_backend() == "cpu":  # CPU devices share the host's memory: every seed counts
+        check_memory(local, o.seeds, init=init)  # what one device holds
+    else:  # an accelerator holds its own seeds
+        check_memory(local, o.seeds // o.seed_devices)
     return Plan(algo, config, o, base.name_of(algo) if o.name is None else o.name, mesh, init, split)
 
 
