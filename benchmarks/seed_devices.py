@@ -4,8 +4,9 @@ process.
 
     python -m benchmarks.seed_devices [--cases ppo_purejaxrl_8 ppo_4 dqn_4] [--rounds 2] [--tag epyc_avx2]
 
-Cases: PPO at PureJaxRL's CartPole config (4 envs x 128 steps, 4 epochs x 4 minibatches) with 8 seeds, and `jaxrl
-train ppo` and `jaxrl train dqn` at their defaults with 4 seeds. The two layouts alternate, forward in even rounds and
+Cases: PPO at PureJaxRL's CartPole config (4 envs x 128 steps, 4 epochs x 4 minibatches) with 8 seeds, and with 5
+(on 2 devices padded to 6 with a copy of seed 0), and `jaxrl train ppo` and `jaxrl train dqn` at their defaults with
+4 seeds. The two layouts alternate, forward in even rounds and
 backward in odd ones (ABBA). Each figure comes from the run's summary.json: env steps/s over all seeds (compile
 excluded), compile seconds, the final return's mean over seeds, and the process's wall seconds from start to exit.
 Output: a table, and `benchmarks/results/seed_devices[_TAG].{json,md}` with the load average before and after.
@@ -32,6 +33,7 @@ PUREJAXRL_PPO = (
 )
 CASES = {
     "ppo_purejaxrl_8": f"ppo {PUREJAXRL_PPO} --total-timesteps 2e5 --seeds 8",
+    "ppo_purejaxrl_5": f"ppo {PUREJAXRL_PPO} --total-timesteps 2e5 --seeds 5",
     "ppo_4": "ppo --seeds 4",
     "dqn_4": "dqn --seeds 4",
 }
@@ -60,6 +62,7 @@ def train(case: str, layout: str, folder: Path) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--out", default=None, help="result files' name (default seed_devices[_TAG])")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tag", default="")
     args = parser.parse_args(argv)
@@ -79,7 +82,7 @@ def main(argv=None) -> None:
         "cases": {case: f"jaxrl train {CASES[case]}" for case in args.cases},
         "runs": runs,
     }
-    name = "seed_devices" + (f"_{args.tag}" if args.tag else "")
+    name = args.out or "seed_devices" + (f"_{args.tag}" if args.tag else "")
     write_json(RESULTS / f"{name}.json", record)
     lines = [
         "# Seeds split over the CPU devices against one device (`python -m benchmarks.seed_devices`)",

@@ -145,10 +145,11 @@ TRAIN_FLAGS = [
     ("--tensorboard", dict(action="store_true", help="also write TensorBoard event files")),
     ("--devices", dict(type=_devices, default="auto", metavar="N|all|auto", help="train each seed's one policy"
         " data-parallel over N devices (or all): num_envs / N envs per device, gradients averaged. auto: with"
-        " several seeds, whole seeds per device over the most local devices that divide the seeds evenly (on a CPU"
-        " one device per core); else every local device when the algorithm is data-parallel, the count divides"
-        " num_envs and, on a CPU, each device gets at least 256 of the seeds x num_envs environments; else 1 (over"
-        " several processes: all; a resume may use another count)")),
+        " several seeds, whole seeds on each local device (on a CPU one device per core; copies of seed 0, dropped"
+        " from the results, fill the last device where the devices do not divide the seeds); else every local"
+        " device when the algorithm is data-parallel, the count divides num_envs and, on a CPU, each device gets at"
+        " least 256 of the seeds x num_envs environments; else 1 (over several processes: all; a resume may use"
+        " another count)")),
     ("--cpu-cores", dict(type=_number, default=None, help="make N XLA CPU devices (default: one per core this process"
         " may use; one per process of a multi-process run)")),
     ("--cpu-threads", dict(type=_number, default=None, help="XLA's CPU thread pool of N threads (default: 1 for a"

@@ -404,11 +404,14 @@ assert cli.main(argv) == 0  # its programs, in the persistent compilation cache,
 assert json.load(open(root + "/cli/summary.json"))["seed_devices"] == 2 and len(jax.devices()) == 2
 config = ppo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=1, num_minibatches=2,
                     hidden_sizes=(16, 16))
-kw = dict(seeds=4, num_chunks=3, progress=False, eval_every=3, eval_episodes=2, seed_devices=2)
-full = loop.run(ppo, config, run_dir=root + "/full", **kw)
-for leaf in jax.tree.leaves(full.state):  # every leaf split along its seed axis
+kw = dict(seeds=3, num_chunks=3, progress=False, eval_every=3, eval_episodes=2, seed_devices=2)
+four = loop.run(ppo, config, **{**kw, "seeds": 4})  # the CLI run's programs
+for leaf in jax.tree.leaves(four.state):  # every leaf split along its seed axis
     assert tuple(leaf.sharding.spec)[:1] == ("seeds",) and len(leaf.sharding.device_set) == 2, leaf.sharding
-assert np.isfinite(full.metrics["eval_return"][:, -1]).all() and full.seed_devices == 2
+full = loop.run(ppo, config, run_dir=root + "/full", **kw)  # 3 seeds and a copy of seed 0: the same programs
+assert all(leaf.shape[0] == 3 for leaf in jax.tree.leaves(full.state))  # the copy dropped
+assert full.metrics["episode_return"].shape == (3, 6) and full.seed_devices == 2
+assert np.isfinite(full.metrics["eval_return"][:, -1]).all()
 """
     + INTERRUPT_AFTER_CHUNK.replace("CHUNK", "2")
     + """try:
@@ -418,7 +421,7 @@ except loop.Interrupted as stop:
     assert stop.iteration == 4
 logging.CsvSink.write = append
 shutil.copytree(root + "/cut", root + "/cut1")
-resumed = loop.run(ppo, config, run_dir=root + "/cut", resume=True, **kw)
+resumed = loop.run(ppo, config, run_dir=root + "/cut", resume=True, **kw)  # 3 seeds saved, padded again
 for name in full.metrics:
     np.testing.assert_array_equal(resumed.metrics[name], full.metrics[name], err_msg=name)
 def raw(x):
@@ -428,34 +431,35 @@ for a, b in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(full.state)):
 on_one = loop.run(ppo, config, run_dir=root + "/cut1", resume=True, **{**kw, "seed_devices": 1})
 np.testing.assert_array_equal(on_one.metrics["episode_return"][:, :4], full.metrics["episode_return"][:, :4])
 def flat(result):  # [seeds, parameters]
-    return np.concatenate([raw(x).reshape(4, -1) for x in jax.tree.leaves(result.state.params)], 1)
+    return np.concatenate([raw(x).reshape(3, -1) for x in jax.tree.leaves(result.state.params)], 1)
 ones, splits = flat(on_one), flat(full)
 near = np.abs(ones - splits).max()
-apart = min(np.abs(splits[i] - splits[j]).max() for i in range(4) for j in range(i))
+apart = min(np.abs(splits[i] - splits[j]).max() for i in range(3) for j in range(i))
 assert near < 1e-4 < 1e-2 < apart, (near, apart)
 counted = []  # the seeds the memory check counts: every seed on the host's memory, a device's own on an accelerator
 loop.check_memory = lambda config, seeds, **_: counted.append(seeds)
-loop.validate_run(ppo, config, loop.RunOptions(seeds=4, seed_devices=2))
+loop.validate_run(ppo, config, loop.RunOptions(seeds=3, seed_devices=2))
 backend, jax.default_backend = jax.default_backend, lambda: "gpu"
-loop.validate_run(ppo, config, loop.RunOptions(seeds=4, seed_devices=2))
+loop.validate_run(ppo, config, loop.RunOptions(seeds=3, seed_devices=2))
 jax.default_backend = backend
-assert counted == [4, 2], counted
+assert counted == [4, 2], counted  # the copy padding 3 seeds to 4 included
 print("ok")
 """
 )
 
 
 @pytest.mark.parametrize(
-    ("seeds", "devices", "split"), [(4, 2, 2), (3, 2, 1), (6, 4, 3), (1, 8, 1), (8, 1, 1), (0, 2, 1), (-2, 2, 1)]
+    ("seeds", "devices", "split"),
+    [(4, 2, 2), (3, 2, 2), (6, 4, 3), (5, 4, 3), (7, 4, 4), (2, 8, 2), (1, 8, 1), (8, 1, 1), (0, 2, 1), (-2, 2, 1)],
 )
-def test_auto_splits_the_seeds_over_the_most_devices_that_divide_them(monkeypatch, seeds, devices, split):
+def test_auto_gives_the_fewest_seeds_a_device_with_the_fewest_copies(monkeypatch, seeds, devices, split):
     monkeypatch.setattr(jax, "local_device_count", lambda: devices)
     assert loop.auto_seed_devices(seeds) == split
 
 
 def test_a_seed_split_that_does_not_fit_is_refused_before_compiling():
-    with pytest.raises(ValueError, match=r"^seed_devices=2 does not divide seeds=3: each device trains whole seeds"):
-        loop.validate_run(ppo, ppo.Config(), loop.RunOptions(seeds=3, seed_devices=2))
+    with pytest.raises(ValueError, match=r"^seed_devices=3 is more than seeds=2: each device trains whole seeds"):
+        loop.validate_run(ppo, ppo.Config(), loop.RunOptions(seeds=2, seed_devices=3))
     with pytest.raises(ValueError, match=r"^seed_devices=2: this process has 1 device\(s\) \(on a CPU, more with"):
         loop.validate_run(ppo, ppo.Config(), loop.RunOptions(seeds=4, seed_devices=2))
     with pytest.raises(ValueError, match=r"^seed_devices=0: a number of devices, >= 1"):
@@ -464,12 +468,12 @@ def test_a_seed_split_that_does_not_fit_is_refused_before_compiling():
 
 @pytest.mark.slow
 def test_seeds_split_over_two_devices_train_whole_seeds_and_resume_exactly(tmp_path):
-    """`jaxrl train --devices auto` splits the seeds over the devices when they divide them evenly, and `loop.run(...,
-    seed_devices=2)` trains whole seeds on each device (every leaf of the state split along its seed axis, the
-    evaluation inside the chunks included); an interrupted run resumed the same way equals the uninterrupted one
-    bit for bit, and its checkpoint resumes on one device, each seed continuing where it stopped (its parameters
-    within rounding of the split run's, far from every other seed's). The memory check counts every seed on CPU
-    devices, which share the host's memory, and a device's own seeds on an accelerator."""
+    """`jaxrl train --devices auto` splits 4 seeds over 2 devices, and `loop.run(..., seeds=3, seed_devices=2)`
+    trains whole seeds on each device, padded with a copy of seed 0 that no result shows (every leaf of the state
+    split along its seed axis, the evaluation inside the chunks included); an interrupted run resumed the same way
+    equals the uninterrupted one bit for bit, and its checkpoint resumes on one device, each seed continuing where
+    it stopped (its parameters within rounding of the split run's, far from every other seed's). The memory check
+    counts every seed on CPU devices, which share the host's memory, and a device's own seeds on an accelerator."""
     out = run_on_two_devices(SEEDS_SPLIT, timeout=600, args=(str(tmp_path),))
     assert "ok" in out, out
 

@@ -46,6 +46,25 @@ def seed_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P(SEED_AXIS))
 
 
+def padded_seeds(seeds: int, devices: int) -> int:
+    """The seeds a run of `seeds` trains when split over `devices`: the next multiple of `devices` (each device
+    trains as many; the extra ones are copies of seed 0, trained alongside and dropped from every result)."""
+    return -(-seeds // devices) * devices
+
+
+def pad_seeds(tree, count: int):
+    """Every leaf of `tree` (seeds on axis 0) with copies of its seed 0 appended up to `count` seeds."""
+
+    def pad(x):
+        extra = count - x.shape[0]
+        if extra == 0:
+            return x
+        stack = np if isinstance(x, np.ndarray) else jnp
+        return stack.concatenate([x, stack.repeat(x[:1], extra, axis=0)])
+
+    return jax.tree.map(pad, tree)
+
+
 def _jit_over_seeds(fn, mesh: Mesh, split: int, whole: int = 0):
     """`jax.jit` of `fn`, a function vmapped over seeds, with its first `split` arguments and every output split
     over `mesh` along the seed axis and its last `whole` arguments on every device: XLA's SPMD partitioner gives
@@ -383,7 +402,7 @@ def cache_events() -> dict[str, int]:
 
 
 def cache_note(before: dict[str, int], after: dict[str, int]) -> str:
-    """" (compilation cache hit)", " (compilation cache miss)" or " (compilation cache: 1 hit, 2 misses)" for the
+    """ " (compilation cache hit)", " (compilation cache miss)" or " (compilation cache: 1 hit, 2 misses)" for the
     programs compiled between two `cache_events()`; "" when the cache took no part (off, or every program too
     quick to compile to be stored)."""
     hits, misses = (after[k] - before[k] for k in ("hits", "misses"))

@@ -41,6 +41,7 @@ from jaxrl.run.compile import (
     check_memory,
     is_out_of_memory,
     make_init,
+    padded_seeds,
     seeds_mesh,
 )
 from jaxrl.run.folder import RunDirError, make_run_dir  # noqa: F401  (what run raises and names, importable here)
@@ -125,10 +126,10 @@ class RunOptions:
     evaluation inside the chunks; `sinks`: more metric sinks; `target_return`: reported in summary.json;
     `name`: the algorithm's name (default its registered one); `devices`: the devices of each seed's one
     data-parallel policy (a count, "all", a Mesh or a list of devices); `seed_devices`: the local devices the
-    seeds are split over, whole seeds each (a count that divides `seeds`; 1: every seed on one device; one
-    process, with `devices=1`). `progress`: the progress bar; `status`:
-    when stderr is a terminal, status lines before it (compiling, then the compile seconds and whether the
-    persistent compilation cache had the programs)."""
+    seeds are split over, whole seeds each (at most `seeds`; copies of seed 0, dropped from every result, pad the
+    seeds to a multiple of it; 1: every seed on one device; one process, with `devices=1`). `progress`: the
+    progress bar; `status`: when stderr is a terminal, status lines before it (compiling, then the compile seconds
+    and whether the persistent compilation cache had the programs)."""
 
     seeds: int = 1
     seed: int = 0
@@ -208,20 +209,23 @@ def validate_run(algo: Algorithm, config, options: RunOptions | None = None, **f
     mesh = None if mesh is not None and mesh.size == 1 else mesh
     split = _seeds_mesh(o, mesh)
     init = make_init(algo, config, seeds_mesh=split) if mesh is None else None
+    trained = padded_seeds(o.seeds, o.seed_devices)
     if split is None or jax.default_backend() == "cpu":  # CPU devices share the host's memory: every seed counts
-        check_memory(local, o.seeds, init=init)  # what one device holds
+        check_memory(local, trained, init=init)  # what one device holds
     else:  # an accelerator holds its own seeds
-        check_memory(local, o.seeds // o.seed_devices)
+        check_memory(local, trained // o.seed_devices)
     return Plan(algo, config, o, base.name_of(algo) if o.name is None else o.name, mesh, init, split)
 
 
 def auto_seed_devices(seeds: int) -> int:
-    """The devices `jaxrl train --devices auto` splits `seeds` over: the most local devices that divide them evenly
-    (whole seeds per device: the seeds never talk to each other, so each device works alone); 1 with one seed, one
-    device, or over several processes."""
+    """The devices `jaxrl train --devices auto` splits `seeds` over, whole seeds each (the seeds never talk to each
+    other, so each device works alone): as many as give the fewest seeds a device, and of those the fewest devices,
+    so that the fewest copies pad the seeds to a multiple of them (5 seeds on 4 devices: 3 devices of 2 seeds, one
+    copy); 1 with one seed, one device, or over several processes."""
     if jax.process_count() > 1 or not isinstance(seeds, int) or seeds < 2:  # a bad count is refused by `run`
         return 1
-    return max(d for d in range(1, min(jax.local_device_count(), seeds) + 1) if seeds % d == 0)
+    per_device = -(-seeds // jax.local_device_count())
+    return -(-seeds // per_device)
 
 
 def _seeds_mesh(o: RunOptions, mesh: Mesh | None) -> Mesh | None:
@@ -236,10 +240,8 @@ def _seeds_mesh(o: RunOptions, mesh: Mesh | None) -> Mesh | None:
         )
     if jax.process_count() > 1:
         raise ValueError(f"seed_devices={o.seed_devices}: seeds are split over the devices of one process only.")
-    if o.seeds % o.seed_devices:
-        raise ValueError(
-            f"seed_devices={o.seed_devices} does not divide seeds={o.seeds}: each device trains whole seeds."
-        )
+    if o.seed_devices > o.seeds:
+        raise ValueError(f"seed_devices={o.seed_devices} is more than seeds={o.seeds}: each device trains whole seeds.")
     if o.seed_devices > jax.local_device_count():
         raise ValueError(
             f"seed_devices={o.seed_devices}: this process has {jax.local_device_count()} device(s) "
@@ -280,7 +282,7 @@ def execute(plan: Plan) -> RunResult:
     """Runs a validated `plan` (`validate_run`): claims its run folder, compiles (or restores), trains the
     chunks, writes summary.json; the folder's lock is released however it ends."""
     o = plan.options
-    keys = jax.random.split(jax.random.key(o.seed), o.seeds)
+    keys = jax.random.split(jax.random.key(o.seed), o.seeds)  # the session pads them for a seed split
     info = folder.run_info(plan.name, o.seeds, o.seed, plan.config, o.eval_every, o.eval_episodes)
     run_dir = None if o.run_dir is None else Path(o.run_dir)
     with TermAsInterrupt():
@@ -355,9 +357,9 @@ def _train(plan: Plan, held: session.Session, claim: folder.Claim, run_dir: Path
         for index, (size, evaluated) in enumerate(held.chunks):
             chunk_start = time.perf_counter()
             new_state, metrics, scores = held.chunk(size, evaluated)
-            metrics = hosts.to_host(metrics)  # blocks until the chunk is finished
+            metrics = held.own_seeds(hosts.to_host(metrics))  # blocks until the chunk is finished
             if o.eval_every:
-                metrics = _with_eval_columns(metrics, hosts.to_host(scores), o.seeds, size)
+                metrics = _with_eval_columns(metrics, held.own_seeds(hosts.to_host(scores)), o.seeds, size)
             _check_finite(plan, held, metrics, hosts.to_host(getattr(new_state, "params", None)), size)
             held.advance(new_state, metrics, size)
             now = time.perf_counter()
@@ -398,7 +400,7 @@ def _train(plan: Plan, held: session.Session, claim: folder.Claim, run_dir: Path
     run_s = time.perf_counter() - run_start
     env_steps = (np.arange(config.num_iterations) + 1) * steps
     return RunResult(
-        config, held.state, held.metrics(), env_steps, np.asarray(wall), held.compile_s, run_s, run_dir,
+        config, held.own_seeds(held.state), held.metrics(), env_steps, np.asarray(wall), held.compile_s, run_s, run_dir,
         held.done - done_before, held.num_devices, o.seed_devices,
     )  # fmt: skip
 

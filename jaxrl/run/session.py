@@ -26,6 +26,8 @@ from jaxrl.run.compile import (
     eval_keys,
     make_chunk_program,
     make_init,
+    pad_seeds,
+    padded_seeds,
     rest_of_plan,
     seed_sharding,
 )
@@ -52,6 +54,11 @@ class Session:
     num_devices: int
     saved: int | None
     seeds_split: bool = False  # the state's seeds are split over several devices (`compile.seeds_mesh`)
+    seeds: int | None = None  # the run's own seeds, when the state holds more (copies padding a seed split)
+
+    def own_seeds(self, tree):
+        """`tree` (seeds on axis 0) without the copies that pad a seed split."""
+        return tree if self.seeds is None else jax.tree.map(lambda x: x[: self.seeds], tree)
 
     def chunk(self, size: int, evaluated: bool):
         """Runs one compiled chunk of `size` iterations from `state`: (new state, metrics, evaluation scores or
@@ -85,6 +92,7 @@ class Session:
             merged, devices = self.metrics(), self.num_devices
             spread = devices > 1 or self.seeds_split  # saved as host arrays: the checkpoint holds no device layout
             on_host = hosts.to_host(checkpoint.unwrap_keys(self.state)) if spread else self.state  # every process
+            on_host = self.own_seeds(on_host)
 
             def write():
                 try:
@@ -103,6 +111,8 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
     start_time = time.perf_counter()
     algo, config, options, mesh, split = plan.algo, plan.config, plan.options, plan.mesh, plan.seeds_mesh
     init = make_init(algo, config, mesh, split) if plan.init is None else plan.init
+    trained = padded_seeds(options.seeds, options.seed_devices)
+    keys, keys_eval = pad_seeds((keys, eval_keys(options.seed, options.seeds)), trained)
     abstract_state = jax.eval_shape(init, keys)
     done, state, history = 0, None, []
     if options.resume:
@@ -110,7 +120,6 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
         history = [restored]
     whole = chunk_plan(config.num_iterations, options.num_chunks, options.eval_every)  # the run's, not the resume's
     first_chunk, chunks = rest_of_plan(whole, done)
-    keys_eval = eval_keys(options.seed, options.seeds)
     if split is not None:  # where the compiled programs take them
         keys, keys_eval = jax.device_put((keys, keys_eval), seed_sharding(split))
     initial, compiled = compile_programs(
@@ -140,6 +149,7 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
         num_devices=num_devices,
         saved=done if options.resume else None,
         seeds_split=split is not None,
+        seeds=options.seeds if trained > options.seeds else None,
     )
 
 
@@ -162,6 +172,10 @@ def _restore(algo: Algorithm, config, keys, checkpoints: Path, abstract_state, i
     device) or with its seeds split over `seeds_mesh`. Over several processes process 0 reads it and the others
     get it from process 0 (`hosts`)."""
     devices = 1 if mesh is None else mesh.size
+    trained = jax.tree.leaves(abstract_state)[0].shape[0]  # the seeds of the state: a seed split may pad them
+    if seeds_mesh is not None and trained > info["seeds"]:  # the checkpoint holds the run's own seeds
+        keys, seeds = keys[: info["seeds"]], info["seeds"]
+        abstract_state = jax.tree.map(lambda x: jax.ShapeDtypeStruct((seeds, *x.shape[1:]), x.dtype), abstract_state)
 
     def read():
         like_for = lambda d: compile_state_shape(algo, config, keys, d)  # noqa: E731
@@ -174,10 +188,12 @@ def _restore(algo: Algorithm, config, keys, checkpoints: Path, abstract_state, i
         state = hosts.from_lead(None if state is None else checkpoint.unwrap_keys(state), raw)
         like = _metrics_like(algo, config, abstract_state, mesh, done, evaluated="eval" in info)
         metrics = hosts.from_lead(metrics, like)
-    if mesh is not None or seeds_mesh is not None:
-        layout = NamedSharding(mesh, P(parallel.AXIS)) if mesh is not None else seed_sharding(seeds_mesh)
-        placed = jax.device_put(checkpoint.unwrap_keys(state), layout)
+    if mesh is not None:
+        placed = jax.device_put(checkpoint.unwrap_keys(state), NamedSharding(mesh, P(parallel.AXIS)))
         state = checkpoint.rewrap_keys(placed, abstract_state)
+    elif seeds_mesh is not None:
+        raw = pad_seeds(hosts.to_host(checkpoint.unwrap_keys(state)), trained)
+        state = checkpoint.rewrap_keys(jax.device_put(raw, seed_sharding(seeds_mesh)), abstract_state)
     return done, state, metrics
 
 
