@@ -192,8 +192,8 @@ def _restore(algo: Algorithm, config, keys, checkpoints: Path, abstract_state, i
         placed = jax.device_put(checkpoint.unwrap_keys(state), NamedSharding(mesh, P(parallel.AXIS)))
         state = checkpoint.rewrap_keys(placed, abstract_state)
     elif seeds_mesh is not None:
-        raw = pad_seeds(hosts.to_host(checkpoint.unwrap_keys(state)), trained)
-        state = checkpoint.rewrap_keys(jax.device_put(raw, seed_sharding(seeds_mesh)), abstract_state)
+        padded = pad_seeds(hosts.to_host(checkpoint.unwrap_keys(state)), trained)
+        state = checkpoint.rewrap_keys(jax.device_put(padded, seed_sharding(seeds_mesh)), abstract_state)
     return done, state, metrics
 
 
