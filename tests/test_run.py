@@ -191,7 +191,7 @@ def test_time_to_return_in_the_summary_cannot_be_misread(returns, lines):
     assert "never" not in text and "nan" not in text
 
 
-def test_the_summary_says_how_many_devices_a_run_trained_on():
+def test_the_summary_says_how_many_devices_a_run_trained_on_and_how():
     metrics = {"episode_return": np.array([[10.0, 20.0, 30.0, 40.0]])}
     wall = np.array([2.0, 2.5, 3.5, 4.5])
     lines = {}
@@ -201,6 +201,13 @@ def test_the_summary_says_how_many_devices_a_run_trained_on():
         assert info["devices"] == devices
         lines[devices] = next(x for x in report.format_summary(info).splitlines() if x.startswith("run "))
     assert lines[1].endswith("all seeds)") and lines[2].endswith("all seeds, on 2 devices)"), lines
+    for seeds, each in ((4, "2"), (3, "up to 2")):  # whole seeds on each device; a copy of seed 0 pads 3 to 4
+        metrics = {"episode_return": np.full((seeds, 4), 10.0)}
+        result = report.RunResult(CONFIG, None, metrics, np.arange(1, 5) * 64, wall, 1.5, 3.0, None, seed_devices=2)
+        info = report.summary(result)
+        assert info["seed_devices"] == 2 and info["devices"] == 1
+        line = next(x for x in report.format_summary(info).splitlines() if x.startswith("run "))
+        assert line.endswith(f"all seeds, on 2 devices, {each} seed(s) each)"), line
 
 
 def test_jaxrl_run_is_the_package_and_run_its_function():

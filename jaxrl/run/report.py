@@ -267,7 +267,9 @@ def format_summary(info: dict[str, Any]) -> str:
 def _on_devices(info: dict[str, Any]) -> str:
     devices, split = info.get("devices", 1), info.get("seed_devices", 1)
     if split > 1:
-        return f", on {split} devices, {info['seeds'] // split} seed(s) each"
+        seeds = info["seeds"]
+        each = f"{seeds // split}" if seeds % split == 0 else f"up to {-(-seeds // split)}"
+        return f", on {split} devices, {each} seed(s) each"
     return f", on {devices} devices" if devices > 1 else ""
 
 
