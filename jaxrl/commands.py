@@ -57,45 +57,68 @@ def status(args, text: str) -> None:
 
 
 def check_config_flags(args) -> None:
-    """Refuses, in one line and before JAX starts, a Config flag whose value breaks its field's own rule (a range,
-    an integer's minimum, a choice: `jaxrl.field_rules`), and for `jaxrl sweep`, a --grid, --random or --dist flag
-    that does not read (`jaxrl.sweep_flags`), names no field, or gives a value (a distribution's bounds) that
-    breaks its field's rule, and for `jaxrl pbt`, its population settings and --explore flags
-    (`jaxrl.pbt_settings`). A plain env id that is neither gymnax's nor jaxrl's own is refused too
-    (`jaxrl.catalog.check_env_id`). The algorithm's `validate` checks the whole Config once JAX has started: the
-    fields together, and the env."""
-    from jaxrl import catalog, field_rules
+    """Refuses, in one line and before JAX starts:
+    - a Config flag whose value breaks its field's own rule (a range, an integer's minimum, a choice:
+      `jaxrl.field_rules`);
+    - a plain env id that is neither gymnax's nor jaxrl's own (`jaxrl.catalog.check_env_id`);
+    - fields that break the algorithm's rules together (`jaxrl.config_rules`: a minibatch count that does not divide
+      the batch, a buffer too small), unless a `--preset` gives values only the presets know;
+    - for `jaxrl sweep`, a --grid, --random or --dist flag that does not read (`jaxrl.sweep_flags`), names no field,
+      or gives a value (a distribution's bounds) that breaks its field's rule;
+    - for `jaxrl pbt`, its population settings (`--ready` against the run's iterations too) and --explore flags
+      (`jaxrl.pbt_settings`).
+    The algorithm's `validate` checks the whole Config again once JAX has started, the env's fit included."""
+    from jaxrl import catalog, config_rules, field_rules
 
     entry = catalog.CATALOG[args.algo]
     given = (name for name, *_ in entry["fields"] if hasattr(args, name))
     field_rules.check_values({name: getattr(args, name) for name in given})
     kinds = {name: kind for name, kind, *_ in entry["fields"]}
-    defaults = {name: default for name, _, default, *_ in entry["fields"]}
+    values = config_values(args, entry)
     if not getattr(args, "resume", None) and "jaxrl.envs" not in sys.modules:  # an --env-module may have registered ids
-        env = getattr(args, "env", None)
-        catalog.check_env_id(defaults["env"] if env is None else env)
+        catalog.check_env_id(values["env"])
+    if not getattr(args, "resume", None) and not getattr(args, "preset", False):
+        config_rules.check_values(args.algo, values)
     if args.command == "sweep":
         from jaxrl import sweep_flags
 
         owner = f"jaxrl.algos.{args.algo}.Config"
-        values, dists = sweep_flags.read(kinds, entry["sweepable"], owner, args.grid, args.random, args.dist)
-        for name, spec in {**values, **(dists or {})}.items():
+        grid, dists = sweep_flags.read(kinds, entry["sweepable"], owner, args.grid, args.random, args.dist)
+        for name, spec in {**grid, **(dists or {})}.items():
             for value in spec[1:] if isinstance(spec, tuple) else spec:
                 field_rules.check_value(name, value)
     if args.command == "pbt" and not args.resume:
-        from jaxrl import pbt_settings, sweep_flags
+        from jaxrl import pbt_settings
 
         settings = pbt_config(args)
-        pbt_settings.check_settings(settings)
-        values = None  # a preset's values are known once the presets (and JAX) are imported
+        explored, iterations = None, None  # a preset's values are known once the presets (and JAX) are imported
         if not getattr(args, "preset", False):
-            explored = [name for name in settings.explore if name in entry["sweepable"]]
-            values = {name: getattr(args, name, None) for name in explored}
-            values = {
-                name: sweep_flags.value_of(kinds[name], name, defaults[name]) if value is None else value
-                for name, value in values.items()
-            }
-        pbt_settings.check_explore(settings.explore, kinds, entry["sweepable"], "Config", values)
+            explored = {name: values[name] for name in settings.explore if name in entry["sweepable"]}
+            iterations = config_rules.num_iterations(values)
+        pbt_settings.check_settings(settings, iterations)
+        pbt_settings.check_explore(settings.explore, kinds, entry["sweepable"], "Config", explored)
+
+
+def config_values(args, entry: dict) -> dict:
+    """Every field of the Config the flags give, by name, without importing the algorithm: each field's default
+    from the catalog `entry` (`jaxrl.catalog`), then every flag given on top (a `--preset`'s values are not
+    among them)."""
+    import ast
+
+    from jaxrl import sweep_flags
+
+    values = {}
+    for name, kind, default, *_ in entry["fields"]:
+        value = getattr(args, name, None)
+        if value is None:
+            if kind == "str":
+                value = default
+            elif kind == "tuple":
+                value = ast.literal_eval(default)
+            else:
+                value = sweep_flags.value_of("float" if kind == "float_or_inf" else kind, name, default)
+        values[name] = value
+    return values
 
 
 def check_run_folder(args, new_dir: str | None) -> None:

@@ -357,6 +357,21 @@ def test_a_flag_value_its_field_refuses_is_refused_before_jax_starts():
     refused_before_jax(cases)
 
 
+def test_fields_that_break_their_algorithm_rules_together_are_refused_before_jax_starts():
+    """Config flags each valid alone but not together (a minibatch count that does not divide the batch, a buffer
+    that is not a multiple of the envs, a GTrXL width its heads do not divide, a run shorter than an iteration) are
+    refused by train, sweep and pbt before JAX starts, in the words of the algorithm's `validate`."""
+    cases = [
+        (["train", "ppo", "--num-minibatches", "7"], "Config.num_minibatches: 7 does not divide the batch num_envs"),
+        (["train", "dqn", "--num-envs", "8", "--buffer-size", "100"], "Config.buffer_size: 100 is not a multiple"),
+        (["train", "ppo", "--core", "gtrxl", "--core-size", "30"], "Config.core_size: 30 is not a multiple of 4"),
+        (["sweep", "trpo", "--vf-minibatches", "7"], "Config.vf_minibatches: 7 does not divide the batch"),
+        (["pbt", "grpo", "--group-size", "1", "--explore", "clip_eps=uniform:0.1:0.3"], "Config.group_size: got 1;"),
+        (["train", "sac", "--total-timesteps", "1"], "Config.total_timesteps: 1 is less than one iteration"),
+    ]
+    refused_before_jax(cases)
+
+
 def test_a_population_setting_is_refused_before_jax_starts():
     """jaxrl pbt's own flags: an --explore flag that does not read, names an unknown or a static field, or whose
     prior excludes the field's starting value, and a population setting out of its range, are refused before JAX

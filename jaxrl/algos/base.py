@@ -25,9 +25,9 @@ import numpy as np
 from flax import struct
 
 from jaxrl import field_rules, parallel
+from jaxrl.config_rules import recurrent  # noqa: F401 (re-exported for the algorithms)
 from jaxrl.envs import check_env_id
 from jaxrl.field_rules import check  # noqa: F401 (the validators' `check`, re-exported)
-from jaxrl.networks.gtrxl import GTrXLCore
 
 # ---------------------------------------------------------------------------------------------------------
 # The protocol and the registry
@@ -328,18 +328,6 @@ def host_array(value):
     return None
 
 
-def check_range(config, field: str, low=None, high=None, low_open=False) -> None:
-    """`low <= value <= high` (`low < value` with `low_open`) for a host-known value, every element of a
-    concrete array (a stacked sweep Config) included; traced values are checked by nobody."""
-    values = host_array(getattr(config, field))
-    if values is not None:
-        field_rules.check_range(field, values, low, high, low_open)
-
-
-def check_int(config, field: str, minimum: int = 1) -> None:
-    field_rules.check_int(field, getattr(config, field), minimum)
-
-
 def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -389,28 +377,13 @@ def check_fields(config) -> None:
         field_rules.check_value(name, value)
 
 
-def check_common(config) -> None:
-    """The checks every algorithm's `validate` shares: `check_fields` (each field's type and rule), a registered
-    env id and at least one iteration in `total_timesteps`."""
+def check_common(config, rules) -> None:
+    """The checks every algorithm's `validate` starts with: `check_fields` (each field's type and rule), a
+    registered env id, then `rules` (the algorithm's entry in `jaxrl.config_rules.BY_ALGORITHM`: the fields
+    together)."""
     check_fields(config)
     check_env_id(config.env)
-    check(
-        config.total_timesteps // config.env_steps_per_iteration >= 1,
-        "total_timesteps",
-        f"{config.total_timesteps} is less than one iteration (num_envs * num_steps = "
-        f"{config.env_steps_per_iteration}).",
-    )
-
-
-def check_divides(config, field: str, batch: int | None = None, what: str = "num_envs * num_steps") -> None:
-    """`field` (a minibatch count) must divide the rollout batch (default num_envs * num_steps)."""
-    batch = config.env_steps_per_iteration if batch is None else batch
-    parts = getattr(config, field)
-    check(
-        batch % parts == 0,
-        field,
-        f"{parts} does not divide the batch {what} = {batch}; choose a divisor of {batch}.",
-    )
+    rules(config)
 
 
 def check_action_space(config, discrete: bool, wanted: bool, algorithm: str) -> None:
@@ -425,28 +398,6 @@ def check_action_space(config, discrete: bool, wanted: bool, algorithm: str) -> 
     check(False, "env", f"{config.env} has {kind} actions; {hint}.")
 
 
-def check_replay(config, window: int) -> None:
-    """The checks a replay-based learner shares: `learning_starts` leaves env steps to learn from, and
-    `buffer_size` is a multiple of `num_envs` holding at least `window` steps per env."""
-    check(
-        config.learning_starts < config.num_iterations * config.env_steps_per_iteration,
-        "learning_starts",
-        f"{config.learning_starts} leaves no env steps to learn from in total_timesteps={config.total_timesteps}.",
-    )
-    check(
-        config.buffer_size % config.num_envs == 0,
-        "buffer_size",
-        f"{config.buffer_size} is not a multiple of num_envs={config.num_envs}; "
-        f"use e.g. {config.buffer_size // config.num_envs * config.num_envs or config.num_envs}.",
-    )
-    check(
-        config.buffer_size // config.num_envs >= window,
-        "buffer_size",
-        f"{config.buffer_size} holds fewer than {window} steps per env ({config.num_envs} envs; it needs "
-        f"num_steps and any n-step window); make it larger.",
-    )
-
-
 def check_torso(config, observation_shape) -> None:
     """An image torso gets image observations [H, W, C] (`check_fields` checks that `torso` is known)."""
     check(
@@ -455,29 +406,3 @@ def check_torso(config, observation_shape) -> None:
         f"{config.torso!r} needs image observations [H, W, C]; {config.env} has shape {tuple(observation_shape)}: "
         "use torso='mlp'.",
     )
-
-
-def recurrent(config) -> bool:
-    """Whether the Config names a recurrent core (a Config without a `core` field is feedforward)."""
-    return getattr(config, "core", "none") != "none"
-
-
-def check_core(config) -> None:
-    """A GTrXL core's width splits into its heads, and a recurrent learner's `num_minibatches` (where it has one)
-    divides `num_envs`: its minibatches are whole environment sequences. `check_fields` checks `core` and
-    `core_size` alone."""
-    if config.core == "gtrxl":
-        heads = GTrXLCore.num_heads
-        check(
-            config.core_size % heads == 0,
-            "core_size",
-            f"{config.core_size} is not a multiple of {heads}: core='gtrxl' splits its width into {heads} attention "
-            "heads; choose e.g. 64 or 128.",
-        )
-    if recurrent(config) and hasattr(config, "num_minibatches"):
-        check(
-            config.num_envs % config.num_minibatches == 0,
-            "num_minibatches",
-            f"{config.num_minibatches} does not divide num_envs = {config.num_envs}; with core={config.core!r} a "
-            "minibatch is a set of whole environment sequences: choose a divisor of num_envs.",
-        )

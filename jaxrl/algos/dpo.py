@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import estimators, losses
+from jaxrl import config_rules, estimators, losses
 from jaxrl.algos.base import check, hyper, make_train, shared, static, takes_setup, train  # noqa: F401
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families import grouped
@@ -70,8 +70,7 @@ class TrainState:
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    ac.validate(config, minibatches=None)  # full-batch steps: no minibatches
-    check(config.group_size >= 2, "group_size", f"got {config.group_size}; a group needs at least 2 members.")
+    ac.validate(config, config_rules.dpo)
 
 
 setup = grouped.setup  # one environment and the policy network

@@ -37,12 +37,9 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import estimators, losses, optim, replay
+from jaxrl import config_rules, estimators, losses, optim, replay
 from jaxrl.algos.base import (  # noqa: F401 (re-exports make_train, train)
     check,
-    check_core,
-    check_int,
-    check_replay,
     core_field,
     hyper,
     make_train,
@@ -108,17 +105,7 @@ class TrainState:
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    q_learning.validate_common(config, "DQN")
-    check_int(config, "n_step", 1)  # a TD target bootstraps after one step at least
-    check_core(config)
-    if recurrent(config):
-        check(
-            config.burn_in < config.sequence_length,
-            "burn_in",
-            f"{config.burn_in} leaves no step to learn from in sequence_length={config.sequence_length}; make "
-            "sequence_length longer than burn_in.",
-        )
-    check_replay(config, max(config.num_steps, window(config)))
+    q_learning.validate_common(config, "DQN", config_rules.dqn)
     check(isinstance(config.prioritized, bool), "prioritized", f"got {config.prioritized!r}, must be True or False.")
 
 
@@ -129,9 +116,7 @@ def setup(config: Config) -> Setup:
     return q_learning.setup(config, config.dueling)
 
 
-def window(config: Config) -> int:
-    """Steps a replayed sample spans: `n_step`, or with a core `sequence_length`."""
-    return config.sequence_length if recurrent(config) else config.n_step
+window = config_rules.dqn_window  # steps a replayed sample spans: n_step, or with a core sequence_length
 
 
 def evaluation_policy(setup: Setup, config: Config, state: TrainState, deterministic: bool = True):

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import estimators, lag, losses, replay
+from jaxrl import config_rules, estimators, lag, losses, replay
 from jaxrl.algos.base import check, hyper, make_train, shared, static, takes_setup, train  # noqa: F401
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families import grouped
@@ -94,8 +94,7 @@ class TrainState:
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    ac.validate(config, what="num_groups * group_size * horizon")
-    check(config.group_size >= 2, "group_size", f"got {config.group_size}; a group needs at least 2 members.")
+    ac.validate(config, config_rules.grpo)
 
 
 setup = grouped.setup  # one environment and the policy network

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl import envs, estimators, lag, losses, parallel
+from jaxrl import config_rules, envs, estimators, lag, losses, parallel
 from jaxrl.algos.base import (  # noqa: F401 (re-exports make_train, train)
     check,
     hyper,
@@ -82,18 +82,13 @@ class Config(ac.Config):
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    ac.validate(config)
+    ac.validate(config, config_rules.impala)
     if config.critic == "q":
         check(
             envs.make(config.env, 1).spec.discrete,
             "critic",
             f"critic='q' needs discrete actions; {config.env} is continuous: use critic='value'.",
         )
-    check(
-        config.core == "none" or config.critic == "value",
-        "core",
-        f"core={config.core!r} is built for the V-trace critic; use critic='value' or core='none'.",
-    )
 
 
 def make_network(config: Config, spec: envs.EnvSpec, box: envs.EnvSpec | None = None) -> ActorCritic | ActorQCritic:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import jax
 from flax import struct
 
-from jaxrl.algos.base import check_core, core_field, make_train, recurrent, shared, takes_setup, train  # noqa: F401 (re-exports make_train, train)
+from jaxrl import config_rules
+from jaxrl.algos.base import core_field, make_train, recurrent, shared, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import q_learning, q_learning_recurrent
 from jaxrl.algos.families.q_learning import LambdaState as TrainState
 from jaxrl.algos.families.q_learning import Setup
@@ -32,8 +33,7 @@ class Config(q_learning.LambdaConfig):
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    q_learning.validate_lambda(config, "PQN")
-    check_core(config)
+    q_learning.validate_lambda(config, "PQN", config_rules.pqn)
 
 
 def setup(config: Config) -> Setup:

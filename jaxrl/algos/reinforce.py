@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl import estimators
+from jaxrl import config_rules, estimators
 from jaxrl.algos.base import check, hyper, make_train, shared, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families.actor_critic import TrainState, behaviour, evaluation_policy, init  # noqa: F401
@@ -56,13 +56,7 @@ class Config(ac.Config):
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    ac.validate(config)
-    check(
-        not (config.whole_episodes and config.normalize_observations),
-        "normalize_observations",
-        "whole_episodes resets the envs every iteration, which would reset the observation statistics too; "
-        "turn one of them off.",
-    )
+    ac.validate(config, config_rules.reinforce)
 
 
 setup = ac.setup  # the env batch and the actor-critic network

@@ -30,7 +30,7 @@ import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from jaxrl import losses, optim, parallel
+from jaxrl import config_rules, losses, optim, parallel
 from jaxrl.algos.base import hyper, make_train, shared, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy  # noqa: F401 (the module's surface)
@@ -65,7 +65,7 @@ class Config(ac.Config):
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    ac.validate(config, "vf_minibatches")
+    ac.validate(config, config_rules.trpo)
 
 
 def value_optimizer(config: Config) -> optax.GradientTransformation:

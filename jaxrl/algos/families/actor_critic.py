@@ -34,14 +34,11 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, estimators, lag, losses, optim, parallel
+from jaxrl import config_rules, envs, estimators, lag, losses, optim, parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import (
     check_common,
-    check_core,
-    check_divides,
     check_torso,
-    recurrent,
     shared,
     static,
     takes_setup,
@@ -93,17 +90,11 @@ class TrainState:
     memory: RecurrentCarry | None = None  # a recurrent policy's hidden state and episode starts (None: no core)
 
 
-def validate(config, minibatches: str | None = "num_minibatches", what: str = "num_envs * num_steps") -> None:
-    """The family's checks: `base.check_common` (each field's type and rule, the env id, one iteration at
-    least), `minibatches` (unless None) divides the rollout batch `what`, and the torso and the core fit the env."""
-    check_common(config)
-    if minibatches is not None:
-        check_divides(config, minibatches, what=what)
+def validate(config, rules=config_rules.actor_critic) -> None:
+    """The family's checks: `base.check_common` (each field's type and rule, the env id, then `rules`, the
+    algorithm's rules across its fields: `jaxrl.config_rules`), and the torso fits the env."""
+    check_common(config, rules)
     check_torso(config, envs.make(config.env, 1).spec.observation_shape)
-    if hasattr(config, "core"):
-        check_core(config)
-    if getattr(config, "bound_mean", False) and recurrent(config):
-        raise ValueError("bound_mean=True applies to the MLP policy only; set core='none' or bound_mean=False.")
 
 
 def make_env(config):

@@ -32,13 +32,12 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, estimators, parallel, replay
+from jaxrl import config_rules, envs, estimators, parallel, replay
 from jaxrl.algos import base
 from jaxrl.algos.base import (
     check,
     check_action_space,
     check_common,
-    check_replay,
     hyper,
     shared,
     static,
@@ -137,8 +136,7 @@ def setup(config: Config, actor: type[nn.Module] = DeterministicActor) -> Setup:
 
 def validate(config: Config, name: str) -> None:
     """The checks the family shares; `name` (e.g. "TD3") goes into the discrete-env message."""
-    check_common(config)
-    check_replay(config, config.num_steps)
+    check_common(config, config_rules.off_policy)
     check(
         all(isinstance(h, int) and h >= 1 for h in config.hidden_sizes),
         "hidden_sizes",

@@ -1,0 +1,75 @@
+"""The rules a Config keeps across its fields (`jaxrl.config_rules`), checked before JAX starts on the values the
+command line's flags give, refuse what each algorithm's `validate` refuses, in its words, and pass what it
+passes."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from jaxrl import catalog, commands, config_rules
+from jaxrl.algos import ALGORITHMS
+
+# The fields each case sets: a case breaks one rule where the algorithm has those fields, or none (the first).
+CASES = [
+    {},
+    {"total_timesteps": 1},
+    {"num_minibatches": 7},
+    {"vf_minibatches": 7},
+    {"num_envs": 4, "num_steps": 128, "num_minibatches": 8, "core": "gru"},
+    {"core": "gtrxl", "core_size": 30},
+    {"core": "gtrxl", "core_size": 32},
+    {"core": "lstm", "bound_mean": True},
+    {"num_envs": 8, "buffer_size": 100},
+    {"num_envs": 8, "buffer_size": 8},
+    {"learning_starts": 10**9},
+    {"n_step": 0},
+    {"n_step": 3},
+    {"core": "gru", "burn_in": 40, "sequence_length": 40},
+    {"group_size": 1},
+    {"horizon": 10, "num_minibatches": 7},
+    {"horizon": 10, "total_timesteps": 100},
+    {"whole_episodes": True, "normalize_observations": True},
+    {"core": "gru", "critic": "q"},
+]
+
+
+def refusal(check, *args) -> str | None:
+    try:
+        check(*args)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def test_every_algorithm_has_its_rules():
+    assert set(config_rules.BY_ALGORITHM) == set(ALGORITHMS) == set(catalog.CATALOG)
+
+
+def test_the_gtrxl_heads_are_the_cores():
+    from jaxrl.networks.gtrxl import GTrXLCore
+
+    assert config_rules.GTRXL_HEADS == GTrXLCore.num_heads
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_the_rules_before_jax_refuse_what_validate_refuses_in_its_words(algo):
+    """For every case whose fields the algorithm has: the flags' values (`commands.config_values`) checked by the
+    algorithm's rules give the refusal `validate` gives the Config those flags make, or none where it gives none.
+    A rule that needs the env's time limit (a grouped learner's horizon of 0) is left to `validate`."""
+    module, entry = ALGORITHMS[algo], catalog.CATALOG[algo]
+    fields = {name for name, *_ in entry["fields"]}
+    seen = {"refused": 0, "passed": 0}
+    for case in CASES:
+        if not set(case) <= fields:
+            continue
+        values = commands.config_values(argparse.Namespace(**case), entry)
+        early = refusal(config_rules.check_values, algo, values)
+        late = refusal(module.validate, module.Config(**case))
+        if early is None and late is not None and "horizon" in fields and module.Config().horizon == 0:
+            assert "horizon" not in case, (algo, case, late)  # the batch needs the env's time limit
+            continue
+        assert early == late, (algo, case)
+        seen["refused" if late else "passed"] += 1
+    assert seen["refused"] >= 2 and seen["passed"] >= 1, seen
