@@ -3,13 +3,16 @@ device, one XLA CPU device per core) against every seed on one device (`--device
 process.
 
     python -m benchmarks.seed_devices [--cases ppo_purejaxrl_8 ppo_4 dqn_4] [--rounds 2] [--tag epyc_avx2]
+        [--device-independent]
 
 Cases: PPO at PureJaxRL's CartPole config (4 envs x 128 steps, 4 epochs x 4 minibatches) with 8 seeds, and with 5
 (on 2 devices padded to 6 with a copy of seed 0), and `jaxrl train ppo` and `jaxrl train dqn` at their defaults with
-4 seeds. The two layouts alternate, forward in even rounds and
-backward in odd ones (ABBA). Each figure comes from the run's summary.json: env steps/s over all seeds (compile
-excluded), compile seconds (without the persistent compilation cache), the final return per seed and its mean over
-seeds, and the process's wall seconds from start to exit.
+4 seeds. With `--device-independent`, both layouts also run with `jaxrl train --device-independent` (compiled
+without XLA's algebraic simplifier): four layouts, and the table adds each layout's speed against its default
+program and whether the two layouts gave the same final return per seed. The layouts alternate, forward in even
+rounds and backward in odd ones (ABBA). Each figure comes from the run's summary.json: env steps/s over all seeds
+(compile excluded), compile seconds (without the persistent compilation cache), the final return per seed and its
+mean over seeds, and the process's wall seconds from start to exit.
 Output: a table, and `benchmarks/results/seed_devices[_TAG].{json,md}` with the load average before and after.
 """
 
@@ -38,13 +41,22 @@ CASES = {
     "ppo_4": "ppo --seeds 4",
     "dqn_4": "dqn --seeds 4",
 }
-LAYOUTS = {"seeds split (auto)": "--devices auto", "one device": "--devices 1"}
+SPLIT, ONE = "seeds split (auto)", "one device"
+LAYOUTS = {SPLIT: "--devices auto", ONE: "--devices 1"}
+INDEPENDENT = " --device-independent"  # a layout's name and flags with the simplifier off
 
 
-def train(case: str, layout: str, folder: Path) -> dict:
-    """One `jaxrl train` process of `case` in `layout`: its summary.json and wall seconds."""
-    run = folder / f"{case}-{layout.split()[0]}-{time.monotonic_ns()}"
-    argv = [sys.executable, "-m", "jaxrl.cli", "train", *CASES[case].split(), *LAYOUTS[layout].split()]
+def layouts(device_independent: bool) -> dict[str, str]:
+    """{layout: its `jaxrl train` flags}: split and one device, each also without the simplifier when asked."""
+    if not device_independent:
+        return dict(LAYOUTS)
+    return {**LAYOUTS, **{name + INDEPENDENT: flags + INDEPENDENT for name, flags in LAYOUTS.items()}}
+
+
+def train(case: str, flags: str, folder: Path) -> dict:
+    """One `jaxrl train` process of `case` with the layout's `flags`: its summary.json and wall seconds."""
+    run = folder / f"{case}-{time.monotonic_ns()}"
+    argv = [sys.executable, "-m", "jaxrl.cli", "train", *CASES[case].split(), *flags.split()]
     start = time.perf_counter()
     flags = ["--no-progress", "--compile-cache", "none", "--run-dir", str(run)]  # every run compiles cold
     done = subprocess.run([*argv, *flags], capture_output=True, text=True)
@@ -68,14 +80,16 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=None, help="result files' name (default seed_devices[_TAG])")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tag", default="")
+    parser.add_argument("--device-independent", action="store_true", help="also each layout without the simplifier")
     args = parser.parse_args(argv)
+    chosen = layouts(args.device_independent)
     load_before = os.getloadavg()
-    runs: dict[str, dict[str, list[dict]]] = {case: {layout: [] for layout in LAYOUTS} for case in args.cases}
+    runs: dict[str, dict[str, list[dict]]] = {case: {layout: [] for layout in chosen} for case in args.cases}
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases:
             for round_ in range(args.rounds):
-                for layout in list(LAYOUTS)[:: 1 if round_ % 2 == 0 else -1]:
-                    runs[case][layout].append(train(case, layout, Path(tmp)))
+                for layout in list(chosen)[:: 1 if round_ % 2 == 0 else -1]:
+                    runs[case][layout].append(train(case, chosen[layout], Path(tmp)))
                     print(case, layout, runs[case][layout][-1], flush=True)
     record = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -83,6 +97,7 @@ def main(argv=None) -> None:
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "cases": {case: f"jaxrl train {CASES[case]}" for case in args.cases},
+        "layouts": chosen,
         "runs": runs,
     }
     name = args.out or "seed_devices" + (f"_{args.tag}" if args.tag else "")
@@ -94,22 +109,36 @@ def main(argv=None) -> None:
         f"{record['load_before']}, after {record['load_after']}; {args.rounds} round(s), ABBA; each a whole "
         "`jaxrl train` process.",
         "",
-        "| case | layout | env steps/s | split / one device, per round | compile s | wall s | final return |",
-        "|---|---|---|---|---|---|---|",
+        "| case | layout | env steps/s | split / one device, per round | without / with the simplifier, per round "
+        "| compile s | wall s | final return |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for case, layouts in runs.items():
-        split, one = layouts["seeds split (auto)"], layouts["one device"]
-        ratios = [a["steps_per_second"] / b["steps_per_second"] for a, b in zip(split, one, strict=True)]
-        for layout, rows in layouts.items():
+
+    def ratios(a: list[dict], b: list[dict]) -> str:
+        return ", ".join(f"{x['steps_per_second'] / y['steps_per_second']:.2f}" for x, y in zip(a, b, strict=True))
+
+    for case, rows_of in runs.items():
+        for layout, rows in rows_of.items():
             speeds = [r["steps_per_second"] for r in rows]
-            shown = ", ".join(f"{r:.2f}" for r in ratios) if layout == "seeds split (auto)" else ""
+            split = ratios(rows, rows_of[layout.replace(SPLIT, ONE)]) if layout.startswith(SPLIT) else ""
+            default = layout.removesuffix(INDEPENDENT)
+            simplifier = ratios(rows, rows_of[default]) if layout != default else ""
             lines.append(
                 f"| `{CASES[case]}` | {layout} ({rows[0]['seed_devices']} device(s)) | "
-                f"{min(speeds) / 1e3:.0f}k-{max(speeds) / 1e3:.0f}k | {shown} | "
+                f"{min(speeds) / 1e3:.0f}k-{max(speeds) / 1e3:.0f}k | {split} | {simplifier} | "
                 f"{statistics.median(r['compile_s'] for r in rows):.1f} | "
                 f"{statistics.median(r['wall_s'] for r in rows):.1f} | "
                 f"{statistics.median(r['final_return_mean'] for r in rows):.1f} |"
             )
+    lines.append("")
+    for case, rows_of in runs.items():  # the final return of every seed, the same on both layouts or not
+        for name in (n for n in rows_of if n.startswith(SPLIT)):
+            same = all(
+                a["final_return_per_seed"] == b["final_return_per_seed"]
+                for a, b in zip(rows_of[name], rows_of[name.replace(SPLIT, ONE)], strict=True)
+            )
+            mode = "without the simplifier" if name.endswith(INDEPENDENT) else "default program"
+            lines.append(f"- `{CASES[case]}`, {mode}: the same final return per seed on both layouts: {same}.")
     text = "\n".join(lines) + "\n"
     (RESULTS / f"{name}.md").write_text(text)
     print(text)

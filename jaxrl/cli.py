@@ -150,6 +150,12 @@ TRAIN_FLAGS = [
         " device when the algorithm is data-parallel, the count divides num_envs and, on a CPU, each device gets at"
         " least 256 of the seeds x num_envs environments; else 1 (over several processes: all; a resume may use"
         " another count)")),
+    ("--seed-devices", dict(type=_number, default=None, metavar="N", help="split the seeds over N local devices,"
+        " whole seeds each (default: --devices auto's choice; copies of seed 0, dropped from the results, fill the"
+        " last device where N does not divide the seeds)")),
+    ("--device-independent", dict(action="store_true", default=None, help="compile without XLA's algebraic"
+        " simplifier, so that each seed's numbers are the same bits on one device and with the seeds split over"
+        " several (a little slower; a resume keeps it)")),
     ("--cpu-cores", dict(type=_number, default=None, help="make N XLA CPU devices (default: one per core this process"
         " may use; one per process of a multi-process run)")),
     ("--cpu-threads", dict(type=_number, default=None, help="XLA's CPU thread pool of N threads (default: 1 for a"

@@ -164,7 +164,10 @@ def train_command(args) -> int:
     else:
         config, settings = config_from_args(module.Config, args), {**folder.RUN_DEFAULTS, **run_flags}
     seed_devices = 1  # the devices the seeds are split over, whole seeds each
-    if args.devices in (None, "auto"):
+    if args.seed_devices is not None:
+        seed_devices = args.seed_devices
+        args.devices = 1 if args.devices in (None, "auto") else args.devices
+    elif args.devices in (None, "auto"):
         from jaxrl.algos.base import auto_devices
 
         if jax.process_count() > 1:

@@ -443,36 +443,40 @@ def seed_devices() -> str:
     for path in sorted(RESULTS.glob("seed_devices*.json")):
         data = json.loads(path.read_text())
         rows = []
+        independent = " --device-independent"  # the suffix of a layout compiled without the simplifier
+
+        def ratios(a: list[dict], b: list[dict]) -> list[float]:
+            return [x["steps_per_second"] / y["steps_per_second"] for x, y in zip(a, b, strict=True)]
+
         for case, layouts in data["runs"].items():
-            split, one = layouts["seeds split (auto)"], layouts["one device"]
-            ratios = [a["steps_per_second"] / b["steps_per_second"] for a, b in zip(split, one, strict=True)]
             for layout, runs in layouts.items():
+                split = layout.startswith("seeds split (auto)")
+                default = layout.removesuffix(independent)
                 rows.append(
                     {
                         "command": f"`{data['cases'][case]}`",
                         "layout": f"{layout}, {runs[0]['seed_devices']} device(s)",
                         "speeds": sorted(r["steps_per_second"] for r in runs),
-                        "ratios": ratios if layout == "seeds split (auto)" else [],
+                        "ratios": ratios(runs, layouts[layout.replace("seeds split (auto)", "one device")])
+                        if split
+                        else [],
+                        "simplifier": ratios(runs, layouts[default]) if layout != default else [],
                         "compile": statistics.median(r["compile_s"] for r in runs),
                         "wall": statistics.median(r["wall_s"] for r in runs),
                     }
                 )
-        text += (
-            "\n"
-            + machine(data)
-            + "\n"
-            + table(
-                rows,
-                [
-                    ("command", lambda r: r["command"]),
-                    ("layout", lambda r: r["layout"]),
-                    ("env steps/s", lambda r: " - ".join(num(x) for x in r["speeds"])),
-                    ("split / one device, per round", lambda r: ", ".join(num(x, 2) for x in r["ratios"])),
-                    ("compile s", lambda r: num(r["compile"])),
-                    ("process wall s", lambda r: num(r["wall"])),
-                ],
-            )
-        )
+        columns = [
+            ("command", lambda r: r["command"]),
+            ("layout", lambda r: r["layout"]),
+            ("env steps/s", lambda r: " - ".join(num(x) for x in r["speeds"])),
+            ("split / one device, per round", lambda r: ", ".join(num(x, 2) for x in r["ratios"])),
+            ("compile s", lambda r: num(r["compile"])),
+            ("process wall s", lambda r: num(r["wall"])),
+        ]
+        if any(row["simplifier"] for row in rows):
+            shown = lambda r: ", ".join(num(x, 2) for x in r["simplifier"])  # noqa: E731
+            columns.insert(4, ("without / with the simplifier, per round", shown))
+        text += "\n" + machine(data) + "\n" + table(rows, columns)
     return text + notes("seed_devices")
 
 

@@ -408,7 +408,9 @@ kw = dict(seeds=3, num_chunks=3, progress=False, eval_every=3, eval_episodes=2, 
 four = loop.run(ppo, config, **{**kw, "seeds": 4})  # the CLI run's programs
 for leaf in jax.tree.leaves(four.state):  # every leaf split along its seed axis
     assert tuple(leaf.sharding.spec)[:1] == ("seeds",) and len(leaf.sharding.device_set) == 2, leaf.sharding
-full = loop.run(ppo, config, run_dir=root + "/full", **kw)  # 3 seeds and a copy of seed 0: the same programs
+kw["device_independent"] = True  # from here on: the same bits on one device and split
+full = loop.run(ppo, config, run_dir=root + "/full", **kw)  # 3 seeds and a copy of seed 0
+assert json.load(open(root + "/full/config.json"))["device_independent"] is True
 assert all(leaf.shape[0] == 3 for leaf in jax.tree.leaves(full.state))  # the copy dropped
 assert full.metrics["episode_return"].shape == (3, 6) and full.seed_devices == 2
 assert np.isfinite(full.metrics["eval_return"][:, -1]).all()
@@ -429,13 +431,15 @@ def raw(x):
 for a, b in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(full.state)):
     np.testing.assert_array_equal(raw(a), raw(b))
 on_one = loop.run(ppo, config, run_dir=root + "/cut1", resume=True, **{**kw, "seed_devices": 1})
-np.testing.assert_array_equal(on_one.metrics["episode_return"][:, :4], full.metrics["episode_return"][:, :4])
-def flat(result):  # [seeds, parameters]
-    return np.concatenate([raw(x).reshape(3, -1) for x in jax.tree.leaves(result.state.params)], 1)
-ones, splits = flat(on_one), flat(full)
-near = np.abs(ones - splits).max()
-apart = min(np.abs(splits[i] - splits[j]).max() for i in range(3) for j in range(i))
-assert near < 1e-4 < 1e-2 < apart, (near, apart)
+for name in full.metrics:  # resumed on one device: the same bits as the split run
+    np.testing.assert_array_equal(on_one.metrics[name], full.metrics[name], err_msg=name)
+for a, b in zip(jax.tree.leaves(on_one.state), jax.tree.leaves(full.state)):
+    np.testing.assert_array_equal(raw(a), raw(b))
+try:
+    loop.run(ppo, config, run_dir=root + "/cut1", resume=True, **{**kw, "device_independent": False})
+    raise AssertionError("resumed with the algebraic simplifier")
+except Exception as error:
+    assert "written by a different run" in str(error) and "device_independent" in str(error), error
 counted = []  # the seeds the memory check counts: every seed on the host's memory, a device's own on an accelerator
 loop.check_memory = lambda config, seeds, **_: counted.append(seeds)
 loop.validate_run(ppo, config, loop.RunOptions(seeds=3, seed_devices=2))
@@ -466,14 +470,57 @@ def test_a_seed_split_that_does_not_fit_is_refused_before_compiling():
         loop.validate_run(ppo, ppo.Config(), loop.RunOptions(seed_devices=0))
 
 
+def test_the_seed_split_flags_reach_the_run(monkeypatch, tmp_path, capsys):
+    """`jaxrl train --seed-devices N --device-independent` gives the runner N seed devices (and no envs split) and
+    programs compiled without XLA's algebraic simplifier; more seed devices than the process has is one line."""
+    from jaxrl import cli
+
+    plans = []
+
+    def execute(plan):
+        plans.append(plan)
+        raise ValueError("stopped before compiling")
+
+    monkeypatch.setattr(loop, "execute", execute)
+    argv = ["train", "ppo", "--seeds", "2", "--quiet", "--compile-cache", "none", "--run-dir"]
+    assert cli.main([*argv, str(tmp_path / "a"), "--seed-devices", "1", "--device-independent"]) == 2
+    assert cli.main([*argv, str(tmp_path / "b")]) == 2
+    chosen, default = (plan.options for plan in plans)
+    assert (chosen.seed_devices, chosen.devices, chosen.device_independent) == (1, 1, True)
+    assert default.device_independent is False
+    more = jax.local_device_count() + 1
+    capsys.readouterr()
+    assert cli.main([*argv, str(tmp_path / "c"), "--seeds", str(more), "--seed-devices", str(more)]) == 2
+    assert capsys.readouterr().err.startswith(f"jaxrl: error: seed_devices={more}: this process has {more - 1} device")
+    assert len(plans) == 2  # refused before a plan was made
+
+
+def test_a_resume_keeps_the_runs_device_independence(tmp_path):
+    """`jaxrl train --resume` compiles as the run did: its config.json's `device_independent` is the resume's,
+    and `--device-independent` given for a run compiled with the simplifier is refused, naming the flag."""
+    import json
+
+    from jaxrl.run import folder
+
+    for name, independent in (("on", True), ("off", False)):
+        (tmp_path / name).mkdir()
+        info = folder.run_info("ppo", 2, 0, ppo.Config(), 0, 16, independent)
+        (tmp_path / name / "config.json").write_text(json.dumps(info))
+        _, settings = folder.resume_settings(tmp_path / name, "ppo", {})
+        assert settings["device_independent"] is independent
+    with pytest.raises(ValueError, match=r"--device-independent True \(the run's: False\) differ"):
+        folder.resume_settings(tmp_path / "off", "ppo", {"device_independent": True})
+
+
 @pytest.mark.slow
 def test_seeds_split_over_two_devices_train_whole_seeds_and_resume_exactly(tmp_path):
     """`jaxrl train --devices auto` splits 4 seeds over 2 devices, and `loop.run(..., seeds=3, seed_devices=2)`
     trains whole seeds on each device, padded with a copy of seed 0 that no result shows (every leaf of the state
     split along its seed axis, the evaluation inside the chunks included); an interrupted run resumed the same way
-    equals the uninterrupted one bit for bit, and its checkpoint resumes on one device, each seed continuing where
-    it stopped (its parameters within rounding of the split run's, far from every other seed's). The memory check
-    counts every seed on CPU devices, which share the host's memory, and a device's own seeds on an accelerator."""
+    equals the uninterrupted one bit for bit, and, compiled without XLA's algebraic simplifier
+    (`device_independent=True`), its checkpoint resumes on one device to the same bits as the split run (a resume
+    must keep that setting). The memory check counts every seed on CPU devices, which share the host's memory, and
+    a device's own seeds on an accelerator."""
     out = run_on_two_devices(SEEDS_SPLIT, timeout=600, args=(str(tmp_path),))
     assert "ok" in out, out
 

@@ -36,6 +36,14 @@ EVAL_METRICS = ("eval_return", "eval_length", "eval_finished")
 SEED_AXIS = "seeds"  # the axis of a seeds mesh
 
 
+# XLA's algebraic simplifier rewrites the program differently for one device and for a module partitioned over
+# several (e.g. optax's clip `t / g_norm` becomes `t * (1 / g_norm)` on one device only), which rounds the numbers
+# differently by device count; without it a sweep's rows, and a run's seeds split over devices, are bit-identical
+# on any device count (measured: PPO, 4 rows x 30 iterations, 1 vs 2 CPU devices; PPO's defaults, 4 seeds,
+# seed_devices 1 vs 2), at some speed
+DEVICE_INDEPENDENT_OPTIONS = {"xla_disable_hlo_passes": "algsimp"}
+
+
 def seeds_mesh(count: int) -> Mesh:
     """The 1-D mesh of the first `count` local devices over the seed axis: each device trains whole seeds."""
     return Mesh(np.array(jax.local_devices()[:count]), (SEED_AXIS,))
@@ -236,24 +244,25 @@ def compile_programs(
     keys_eval,
     mesh=None,
     seeds_mesh=None,
+    compiler_options: dict | None = None,
 ):
     """Compiles one vmapped chunk program per distinct (size, evaluated) of `plan` (over `mesh` or `seeds_mesh`
-    when given), and runs `init` on `keys` unless `init` is None (a resume). XLA compiles outside the GIL, so the
-    programs compile side by side on separate cores. Returns (initial state or None, {(size, evaluated): compiled
-    chunk})."""
+    when given; with XLA's `compiler_options`, e.g. `DEVICE_INDEPENDENT_OPTIONS`), and runs `init` on `keys` unless
+    `init` is None (a resume). XLA compiles outside the GIL, so the programs compile side by side on separate
+    cores. Returns (initial state or None, {(size, evaluated): compiled chunk})."""
     iteration_arg = jax.ShapeDtypeStruct((), np.int32)
     layout = dict(mesh=mesh, seeds_mesh=seeds_mesh)
 
     def lower(size, with_eval):
         if with_eval:
             program = make_chunk_program(algo, config, size, eval_episodes, **layout)
-            return program.lower(abstract_state, keys_eval, iteration_arg).compile()
-        return make_chunk_program(algo, config, size, **layout).lower(abstract_state).compile()
+            return program.lower(abstract_state, keys_eval, iteration_arg).compile(compiler_options)
+        return make_chunk_program(algo, config, size, **layout).lower(abstract_state).compile(compiler_options)
 
     programs = set(plan)
     pool = ThreadPoolExecutor(max_workers=1 + len(programs))
     try:
-        init_future = None if init is None else pool.submit(lambda: init.lower(keys).compile())
+        init_future = None if init is None else pool.submit(lambda: init.lower(keys).compile(compiler_options))
         futures = {p: pool.submit(lower, *p) for p in programs}
         compiled = {p: future.result() for p, future in futures.items()}
         state = None if init_future is None else init_future.result()(keys)

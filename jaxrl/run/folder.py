@@ -317,13 +317,16 @@ def remove(created: list[Path], files: list[Path]) -> None:
             pass
 
 
-def run_info(algo_name, seeds, seed, config, eval_every, eval_episodes) -> dict:
-    """The content of a run's config.json: the algorithm, seeds, base seed, Config and evaluation setting."""
+def run_info(algo_name, seeds, seed, config, eval_every, eval_episodes, device_independent=False) -> dict:
+    """The content of a run's config.json: the algorithm, seeds, base seed, Config, evaluation setting and, when
+    on, `device_independent`."""
     from jaxrl.algos.base import to_dict
 
     info = {"algo": algo_name, "seeds": seeds, "seed": seed, "config": to_dict(config)}
     if eval_every:  # changes the metrics a checkpoint holds, so a resume must use the same setting
         info["eval"] = {"every": eval_every, "episodes": eval_episodes}
+    if device_independent:  # another program, other last bits: a resume keeps it
+        info["device_independent"] = True
     return json.loads(json.dumps(info))  # as config.json holds it (lists for tuples)
 
 
@@ -428,12 +431,14 @@ RESUME_FREE = (
     "wandb",
     "compile_cache",
     "devices",
+    "seed_devices",
     "cpu_cores",
     "coordinator",
     "num_processes",
     "process_id",
 )
-RUN_DEFAULTS = {"seeds": 1, "seed": 0, "eval_every": 0, "eval_episodes": 16}  # when neither given nor resumed
+# when neither given nor resumed
+RUN_DEFAULTS = {"seeds": 1, "seed": 0, "eval_every": 0, "eval_episodes": 16, "device_independent": False}
 
 
 def _flag(name: str) -> str:
@@ -453,17 +458,20 @@ def resumed_run(run_dir: Path, algo_name: str) -> dict:
 
 
 def resume_settings(run_dir: Path, algo_name: str, given: dict) -> tuple[Any, dict]:
-    """(Config, {seeds, seed, eval_every, eval_episodes}) of resuming `run_dir` as an `algo_name` run, from its
-    config.json. `given`: the settings given for the resume ({Config field or RUN_DEFAULTS name: value}); one
-    with a value different from the run's is refused (naming each such flag). Settings that change no number
-    (RESUME_FREE: --chunks, --checkpoint-every, --no-progress, ...) are not compared."""
+    """(Config, {seeds, seed, eval_every, eval_episodes, device_independent}) of resuming `run_dir` as an
+    `algo_name` run, from its config.json. `given`: the settings given for the resume ({Config field or
+    RUN_DEFAULTS name: value}); one with a value different from the run's is refused (naming each such flag).
+    Settings that change no number (RESUME_FREE: --chunks, --checkpoint-every, --no-progress, ...) are not
+    compared."""
     from jaxrl.algos.base import to_dict
 
     run_dir = Path(run_dir)
     saved = resumed_run(run_dir, algo_name)
     _, config, seeds, seed = load_run_config(run_dir, saved)
     stored_eval = saved.get("eval") or {"every": 0, "episodes": RUN_DEFAULTS["eval_episodes"]}
+    independent = saved.get("device_independent", False)
     stored = {**to_dict(config), "seeds": seeds, "seed": seed, "eval_every": stored_eval["every"]}
+    stored["device_independent"] = independent
     if stored_eval["every"]:
         stored["eval_episodes"] = stored_eval["episodes"]
     changed = []
@@ -481,4 +489,5 @@ def resume_settings(run_dir: Path, algo_name: str, given: dict) -> tuple[Any, di
         "seed": seed,
         "eval_every": stored_eval["every"],
         "eval_episodes": stored_eval["episodes"],
+        "device_independent": independent,
     }

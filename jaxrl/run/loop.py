@@ -3,7 +3,8 @@ compiled chunks of `lax.scan`, with host work (sinks, progress bar, divergence c
 
 It gives exactly the numbers of `jax.vmap(algo.make_train(config))(keys)`: the chunks are the same pure
 iteration applied to the same state, only split across calls. With `seed_devices=D` the seeds are split over D
-devices, whole seeds each: the same iteration compiled for the D-device mesh, so equal up to rounding. Each
+devices, whole seeds each: the same iteration compiled for the D-device mesh, so equal up to rounding, or bit for
+bit with `device_independent=True` (both layouts compiled without XLA's algebraic simplifier). Each
 finished chunk's metrics go to the sinks at once (`metrics.csv` is flushed), so an interrupted run keeps every
 completed iteration. With `eval_every=K`, every K-th chunk (and the last) ends with a deterministic evaluation
 inside the same compiled program (`jaxrl.run.compile`); its metrics are NaN except at the last iteration of an
@@ -127,9 +128,11 @@ class RunOptions:
     `name`: the algorithm's name (default its registered one); `devices`: the devices of each seed's one
     data-parallel policy (a count, "all", a Mesh or a list of devices); `seed_devices`: the local devices the
     seeds are split over, whole seeds each (at most `seeds`; copies of seed 0, dropped from every result, pad the
-    seeds to a multiple of it; 1: every seed on one device; one process, with `devices=1`). `progress`: the
-    progress bar; `status`: when stderr is a terminal, status lines before it (compiling, then the compile seconds
-    and whether the persistent compilation cache had the programs)."""
+    seeds to a multiple of it; 1: every seed on one device; one process, with `devices=1`); `device_independent`:
+    compile without XLA's algebraic simplifier (`compile.DEVICE_INDEPENDENT_OPTIONS`), so that a seed's numbers are
+    the same bits on one device and split over several, at some speed (config.json records it, and a resume keeps
+    it). `progress`: the progress bar; `status`: when stderr is a terminal, status lines before it (compiling, then
+    the compile seconds and whether the persistent compilation cache had the programs)."""
 
     seeds: int = 1
     seed: int = 0
@@ -147,6 +150,7 @@ class RunOptions:
     name: str | None = None
     devices: Any = 1
     seed_devices: int = 1
+    device_independent: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,7 +287,7 @@ def execute(plan: Plan) -> RunResult:
     chunks, writes summary.json; the folder's lock is released however it ends."""
     o = plan.options
     keys = jax.random.split(jax.random.key(o.seed), o.seeds)  # the session pads them for a seed split
-    info = folder.run_info(plan.name, o.seeds, o.seed, plan.config, o.eval_every, o.eval_episodes)
+    info = folder.run_info(plan.name, o.seeds, o.seed, plan.config, o.eval_every, o.eval_episodes, o.device_independent)
     run_dir = None if o.run_dir is None else Path(o.run_dir)
     with TermAsInterrupt():
         claim = folder.claim(run_dir, o.resume, info)

@@ -20,6 +20,7 @@ from jaxrl import parallel
 from jaxrl.algos.base import Algorithm
 from jaxrl.run import checkpoint, hosts, logging
 from jaxrl.run.compile import (
+    DEVICE_INDEPENDENT_OPTIONS,
     EVAL_METRICS,
     chunk_plan,
     compile_programs,
@@ -133,6 +134,7 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
         keys_eval,
         mesh,
         split,
+        DEVICE_INDEPENDENT_OPTIONS if options.device_independent else None,
     )
     num_devices = 1 if mesh is None else mesh.size
     return Session(

@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm
+from jaxrl.run.compile import DEVICE_INDEPENDENT_OPTIONS  # noqa: F401 (re-exported: sweeps and PBT compile with it)
 from jaxrl.run.report import FINAL_FRACTION, final_return
 from jaxrl.sweep.devices import AXIS, batch_mesh
 from jaxrl.sweep.gather import to_host
@@ -149,13 +150,6 @@ def _algorithm(config, algo: Algorithm | None) -> Algorithm:
 def _place(x: np.ndarray, sharding: NamedSharding) -> jax.Array:
     """`x` (the same on every process) as a global array sharded by `sharding` over its batch axis."""
     return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
-
-
-# XLA's algebraic simplifier rewrites the program differently for one device and for a module partitioned over
-# several (e.g. optax's clip `t / g_norm` becomes `t * (1 / g_norm)` on one device only), which rounds a sweep's
-# rows differently by device count; without it the rows are bit-identical on any device count (measured: PPO,
-# 4 rows x 30 iterations, 1 vs 2 CPU devices), at some speed (about 20% slower there)
-DEVICE_INDEPENDENT_OPTIONS = {"xla_disable_hlo_passes": "algsimp"}
 
 
 def sweep_devices(config, num_points: int, seeds: int, devices: int | None = None) -> list:
