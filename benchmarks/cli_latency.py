@@ -2,12 +2,12 @@
 algorithm (`jaxrl train PPO`, a one-line error), a bad flag value (both answered by the parser), a value its
 field's own rule refuses (`jaxrl.field_rules`), an unknown env id (`jaxrl.catalog.check_env_id`), a `jaxrl pbt`
 prior that excludes its field's starting value (`jaxrl.pbt_settings`), fields the algorithm's rules refuse together
-(a minibatch count that does not divide the batch: `jaxrl.config_rules`) and a run folder the command cannot use (a
-missing --resume folder, a --run-dir that holds a run), all answered before JAX starts, and a Config only the env
-refuses (an image torso on CartPole's vector observations: answered once JAX, the algorithm and the env are
-imported); the seconds until `jaxrl train ppo` prints its first status line on a terminal (a pseudo-terminal here)
-and until its progress bar first moves; and the compile seconds of a run with a cold persistent compilation cache,
-of a rerun, and of a resume.
+or with the env (a minibatch count that does not divide the batch, an image torso on CartPole's vector
+observations: `jaxrl.config_rules`) and a run folder the command cannot use (a missing --resume folder, a --run-dir
+that holds a run), all answered before JAX starts, and the same minibatch count under `--preset` (whose values are
+read once JAX and the algorithm are imported); the seconds until `jaxrl train ppo` prints its first status line on
+a terminal (a pseudo-terminal here) and until its progress bar first moves; and the compile seconds of a run with a
+cold persistent compilation cache, of a rerun, and of a resume.
 
     python -m benchmarks.cli_latency [--repeats 5]
 
@@ -45,7 +45,8 @@ COMMANDS = {
     "jaxrl train ppo --num-envs x (bad value)": ["train", "ppo", "--num-envs", "x"],
     "jaxrl train ppo --learning-rate -1 (refused by its field's rule)": ["train", "ppo", "--learning-rate", "-1"],
     "jaxrl train ppo --num-minibatches 7 (fields refused together)": ["train", "ppo", "--num-minibatches", "7"],
-    "jaxrl train ppo --torso cnn (refused by the env)": ["train", "ppo", "--torso", "cnn"],
+    "jaxrl train ppo --torso cnn (refused with the env)": ["train", "ppo", "--torso", "cnn"],
+    "jaxrl train ppo --preset --num-minibatches 7 (after JAX)": ["train", "ppo", "--preset", "--num-minibatches", "7"],
     "jaxrl train ppo --env CartPole-v0 (unknown env id)": ["train", "ppo", "--env", "CartPole-v0"],
 }
 

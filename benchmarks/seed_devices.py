@@ -132,12 +132,12 @@ def main(argv=None) -> None:
             )
     lines.append("")
     for case, rows_of in runs.items():  # the final return of every seed, the same on both layouts or not
-        for name in (n for n in rows_of if n.startswith(SPLIT)):
+        for layout in (n for n in rows_of if n.startswith(SPLIT)):
             same = all(
                 a["final_return_per_seed"] == b["final_return_per_seed"]
-                for a, b in zip(rows_of[name], rows_of[name.replace(SPLIT, ONE)], strict=True)
+                for a, b in zip(rows_of[layout], rows_of[layout.replace(SPLIT, ONE)], strict=True)
             )
-            mode = "without the simplifier" if name.endswith(INDEPENDENT) else "default program"
+            mode = "without the simplifier" if layout.endswith(INDEPENDENT) else "default program"
             lines.append(f"- `{CASES[case]}`, {mode}: the same final return per seed on both layouts: {same}.")
     text = "\n".join(lines) + "\n"
     (RESULTS / f"{name}.md").write_text(text)

@@ -72,13 +72,37 @@ def gymnax_version() -> str | None:
         return None
 
 
-def build_env_ids() -> dict:
+def build_env_ids(facts_of: list[str] | None = None) -> dict:
     """{"gymnax_version": the installed gymnax's, "gymnax": its environment ids, "own": the ids jaxrl registers
-    itself (`jaxrl.envs.registered_ids` in a fresh process: the memory tasks)}; imports gymnax, and JAX with it."""
+    itself (`jaxrl.envs.registered_ids` in a fresh process: the memory tasks), "facts": {id: [observation shape,
+    discrete actions, time limit or null]} of each of them that can be made here (`jaxrl.algos.base.env_facts`), or
+    of `facts_of` when given}; imports gymnax, and JAX with it."""
     from jaxrl import envs
+    from jaxrl.algos.base import env_facts
     from jaxrl.envs import gymnax
 
-    return {"gymnax_version": gymnax_version(), "gymnax": list(gymnax.ids()), "own": envs.registered_ids()}
+    ids, own = list(gymnax.ids()), envs.registered_ids()
+    facts = {}
+    for env_id in [*ids, *own] if facts_of is None else facts_of:
+        try:
+            made = env_facts(env_id)
+        except Exception:  # an env that cannot be made here (e.g. it needs a dataset): its rules wait for validate
+            continue
+        facts[env_id] = [list(made.observation_shape), made.discrete, made.time_limit]
+    return {"gymnax_version": gymnax_version(), "gymnax": ids, "own": own, "facts": facts}
+
+
+def env_facts(env_id: str):
+    """The `jaxrl.config_rules.EnvFacts` that `ENV_IDS` records for a plain env id, without importing gymnax or
+    JAX; None for an id it cannot judge: a suite's, one it has no facts of, or any when the installed gymnax is not
+    the version the facts were read from."""
+    from jaxrl.config_rules import EnvFacts
+
+    facts = ENV_IDS.get("facts", {}).get(env_id)
+    if ":" in env_id or facts is None or gymnax_version() != ENV_IDS["gymnax_version"]:
+        return None
+    shape, discrete, limit = facts
+    return EnvFacts(tuple(shape), discrete, limit)
 
 
 def check_env_id(env_id: str) -> None:

@@ -61,8 +61,10 @@ def check_config_flags(args) -> None:
     - a Config flag whose value breaks its field's own rule (a range, an integer's minimum, a choice:
       `jaxrl.field_rules`);
     - a plain env id that is neither gymnax's nor jaxrl's own (`jaxrl.catalog.check_env_id`);
-    - fields that break the algorithm's rules together (`jaxrl.config_rules`: a minibatch count that does not divide
-      the batch, a buffer too small), unless a `--preset` gives values only the presets know;
+    - fields that break the algorithm's rules together or with the env (`jaxrl.config_rules`: a minibatch count
+      that does not divide the batch, a buffer too small, an image torso on vector observations, continuous actions
+      for a Q-learner), with the env's facts that `jaxrl/env_ids.json` records, unless a `--preset` gives values
+      only the presets know;
     - for `jaxrl sweep`, a --grid, --random or --dist flag that does not read (`jaxrl.sweep_flags`), names no field,
       or gives a value (a distribution's bounds) that breaks its field's rule;
     - for `jaxrl pbt`, its population settings (`--ready` against the run's iterations too) and --explore flags
@@ -74,11 +76,12 @@ def check_config_flags(args) -> None:
     given = (name for name, *_ in entry["fields"] if hasattr(args, name))
     field_rules.check_values({name: getattr(args, name) for name in given})
     kinds = {name: kind for name, kind, *_ in entry["fields"]}
-    values = config_values(args, entry)
+    values, env = config_values(args, entry), None
     if not getattr(args, "resume", None) and "jaxrl.envs" not in sys.modules:  # an --env-module may have registered ids
         catalog.check_env_id(values["env"])
     if not getattr(args, "resume", None) and not getattr(args, "preset", False):
-        config_rules.check_values(args.algo, values)
+        env = env_facts(values["env"])
+        config_rules.check_values(args.algo, values, env)
     if args.command == "sweep":
         from jaxrl import sweep_flags
 
@@ -94,9 +97,25 @@ def check_config_flags(args) -> None:
         explored, iterations = None, None  # a preset's values are known once the presets (and JAX) are imported
         if not getattr(args, "preset", False):
             explored = {name: values[name] for name in settings.explore if name in entry["sweepable"]}
-            iterations = config_rules.num_iterations(values)
+            iterations = config_rules.num_iterations(values, env)
         pbt_settings.check_settings(settings, iterations)
         pbt_settings.check_explore(settings.explore, kinds, entry["sweepable"], "Config", explored)
+
+
+def env_facts(env_id: str):
+    """The `jaxrl.config_rules.EnvFacts` of `env_id`: those `jaxrl/env_ids.json` records (`catalog.env_facts`),
+    or, once JAX and the envs are imported (an `--env-module`, or a call from Python), the env's own; None where
+    neither judges it (a suite's id before JAX, an id that is not registered)."""
+    from jaxrl import catalog
+
+    if "jaxrl.envs" not in sys.modules:
+        return catalog.env_facts(env_id)
+    from jaxrl.algos.base import env_facts as made_env_facts
+
+    try:
+        return made_env_facts(env_id)
+    except Exception:  # an unknown id: validate names it
+        return None
 
 
 def config_values(args, entry: dict) -> dict:

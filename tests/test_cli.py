@@ -170,10 +170,14 @@ def test_the_catalog_matches_the_algorithms():
 
 def test_the_env_ids_match_the_environments_and_are_refused_in_their_words():
     """The env ids the command line knows without JAX (`jaxrl/env_ids.json`) are gymnax's and jaxrl's own, as a fresh
-    process registers them, for the installed gymnax; and before JAX (`jaxrl.catalog.check_env_id`) and after
+    process registers them, for the installed gymnax, and the facts it records of a sample of them (observation
+    shape, discrete actions, time limit) are the envs'; and before JAX (`jaxrl.catalog.check_env_id`) and after
     (`jaxrl.envs.check_env_id`), in that fresh process, each id gets the same refusal, or none. For another gymnax
     version the early check judges no id and leaves them all to `validate`."""
     from jaxrl import catalog
+
+    sample = ["CartPole-v1", "Pendulum-v1", "Breakout-MinAtar", "MemoryChain-bsuite-L10", "DeepSea-bsuite",
+              "popgym-RepeatPreviousEasy-v0"]  # fmt: skip
 
     ids = ["CartPole-v0", "cartpole", "Nope", "MemoryChain-bsuite-L11", "popgym-CountRecallEasy-v1", "CartPole-v1",
            "MemoryChain-bsuite-L20", "popgym-RepeatPreviousHard-v0", "Breakout-MinAtar", "navix:Nope"]  # fmt: skip
@@ -186,13 +190,16 @@ def test_the_env_ids_match_the_environments_and_are_refused_in_their_words():
         "    except Exception as error:\n"
         "        return str(error)\n"
         f"pairs = [[refusal(catalog.check_env_id, i), refusal(envs.check_env_id, i)] for i in {ids!r}]\n"
-        "print(json.dumps({'ids': catalog.build_env_ids(), 'pairs': pairs}))"
+        f"print(json.dumps({{'ids': catalog.build_env_ids({sample!r}), 'pairs': pairs}}))"
     )
     fresh = json.loads(python_c(code).stdout)
     if catalog.gymnax_version() != catalog.ENV_IDS["gymnax_version"]:
         assert all(early is None for early, _ in fresh["pairs"])
         return
-    assert catalog.ENV_IDS == fresh["ids"]
+    recorded, made = dict(catalog.ENV_IDS), fresh["ids"]
+    facts = recorded.pop("facts")
+    assert {id_: facts[id_] for id_ in sample} == made.pop("facts") and recorded == made
+    assert len(catalog.ENV_IDS["facts"]) >= len(made["gymnax"]) + len(made["own"]) - 2  # a few need a dataset
     assert "CartPole-v1" in fresh["ids"]["gymnax"] and "MemoryChain-bsuite-L10" in fresh["ids"]["own"]
     for env_id, (early, late) in zip(ids, fresh["pairs"], strict=True):
         if ":" in env_id:  # a suite's id: checked once its adapter is imported
@@ -358,9 +365,11 @@ def test_a_flag_value_its_field_refuses_is_refused_before_jax_starts():
 
 
 def test_fields_that_break_their_algorithm_rules_together_are_refused_before_jax_starts():
-    """Config flags each valid alone but not together (a minibatch count that does not divide the batch, a buffer
-    that is not a multiple of the envs, a GTrXL width its heads do not divide, a run shorter than an iteration) are
-    refused by train, sweep and pbt before JAX starts, in the words of the algorithm's `validate`."""
+    """Config flags each valid alone but not together or not with the env (a minibatch count that does not divide
+    the batch, a buffer that is not a multiple of the envs, a GTrXL width its heads do not divide, a run shorter
+    than an iteration, an image torso on CartPole, a Q-learner on continuous actions, a GRPO horizon that is the
+    env's time limit) are refused by train, sweep and pbt before JAX starts, in the words of the algorithm's
+    `validate`."""
     cases = [
         (["train", "ppo", "--num-minibatches", "7"], "Config.num_minibatches: 7 does not divide the batch num_envs"),
         (["train", "dqn", "--num-envs", "8", "--buffer-size", "100"], "Config.buffer_size: 100 is not a multiple"),
@@ -368,6 +377,10 @@ def test_fields_that_break_their_algorithm_rules_together_are_refused_before_jax
         (["sweep", "trpo", "--vf-minibatches", "7"], "Config.vf_minibatches: 7 does not divide the batch"),
         (["pbt", "grpo", "--group-size", "1", "--explore", "clip_eps=uniform:0.1:0.3"], "Config.group_size: got 1;"),
         (["train", "sac", "--total-timesteps", "1"], "Config.total_timesteps: 1 is less than one iteration"),
+        (["train", "ppo", "--torso", "cnn"], "Config.torso: 'cnn' needs image observations [H, W, C]; CartPole-v1"),
+        (["train", "dqn", "--env", "Pendulum-v1"], "Config.env: Pendulum-v1 has continuous actions; DQN needs"),
+        (["sweep", "td3", "--env", "CartPole-v1"], "Config.env: CartPole-v1 has discrete actions; TD3 needs"),
+        (["train", "grpo", "--num-minibatches", "7"], "does not divide the batch num_groups * group_size * horizon"),
     ]
     refused_before_jax(cases)
 

@@ -1,6 +1,6 @@
-"""The rules a Config keeps across its fields (`jaxrl.config_rules`), checked before JAX starts on the values the
-command line's flags give, refuse what each algorithm's `validate` refuses, in its words, and pass what it
-passes."""
+"""The rules a Config keeps across its fields and with its env (`jaxrl.config_rules`), checked before JAX starts on
+the values the command line's flags give and the env facts `jaxrl/env_ids.json` records, refuse what each
+algorithm's `validate` refuses, in its words, and pass what it passes."""
 
 from __future__ import annotations
 
@@ -32,6 +32,14 @@ CASES = [
     {"horizon": 10, "total_timesteps": 100},
     {"whole_episodes": True, "normalize_observations": True},
     {"core": "gru", "critic": "q"},
+    {"torso": "cnn"},
+    {"torso": "cnn", "env": "Breakout-MinAtar"},
+    {"env": "Pendulum-v1"},
+    {"env": "CartPole-v1"},
+    {"env": "Pendulum-v1", "critic": "q"},
+    {"expected": True, "env": "Pendulum-v1"},
+    {"horizon": 0, "num_minibatches": 7},
+    {"horizon": 0, "total_timesteps": 1000},
 ]
 
 
@@ -47,6 +55,19 @@ def test_every_algorithm_has_its_rules():
     assert set(config_rules.BY_ALGORITHM) == set(ALGORITHMS) == set(catalog.CATALOG)
 
 
+def test_without_the_envs_facts_its_rules_wait_for_validate():
+    """A suite's env, one an --env-module registers, or a recorded id under another gymnax version: no facts, so
+    the torso, the action space and a horizon of 0 pass before JAX."""
+    ppo = {**commands.config_values(argparse.Namespace(), catalog.CATALOG["ppo"]), "torso": "cnn"}
+    config_rules.check_values("ppo", ppo, None)
+    with pytest.raises(ValueError, match=r"^Config\.torso: 'cnn' needs image observations"):
+        config_rules.check_values("ppo", ppo, config_rules.EnvFacts((4,), True, 500))
+    grpo = {**commands.config_values(argparse.Namespace(), catalog.CATALOG["grpo"]), "num_minibatches": 7}
+    config_rules.check_values("grpo", grpo, None)
+    assert config_rules.num_iterations(grpo, None) is None
+    assert catalog.env_facts("navix:Navix-Empty-5x5-v0") is None and catalog.env_facts("mine:Task") is None
+
+
 def test_the_gtrxl_heads_are_the_cores():
     from jaxrl.networks.gtrxl import GTrXLCore
 
@@ -56,8 +77,8 @@ def test_the_gtrxl_heads_are_the_cores():
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_the_rules_before_jax_refuse_what_validate_refuses_in_its_words(algo):
     """For every case whose fields the algorithm has: the flags' values (`commands.config_values`) checked by the
-    algorithm's rules give the refusal `validate` gives the Config those flags make, or none where it gives none.
-    A rule that needs the env's time limit (a grouped learner's horizon of 0) is left to `validate`."""
+    algorithm's rules, with the facts the catalog records of the env, give the refusal `validate` gives the Config
+    those flags make, or none where it gives none."""
     module, entry = ALGORITHMS[algo], catalog.CATALOG[algo]
     fields = {name for name, *_ in entry["fields"]}
     seen = {"refused": 0, "passed": 0}
@@ -65,10 +86,12 @@ def test_the_rules_before_jax_refuse_what_validate_refuses_in_its_words(algo):
         if not set(case) <= fields:
             continue
         values = commands.config_values(argparse.Namespace(**case), entry)
-        early = refusal(config_rules.check_values, algo, values)
+        env = catalog.env_facts(values["env"])
+        assert env is not None or catalog.gymnax_version() != catalog.ENV_IDS["gymnax_version"], values["env"]
+        early = refusal(config_rules.check_values, algo, values, env)
         late = refusal(module.validate, module.Config(**case))
-        if early is None and late is not None and "horizon" in fields and module.Config().horizon == 0:
-            assert "horizon" not in case, (algo, case, late)  # the batch needs the env's time limit
+        if env is None:  # another gymnax version: the env's rules wait for validate
+            assert early in (None, late), (algo, case)
             continue
         assert early == late, (algo, case)
         seen["refused" if late else "passed"] += 1

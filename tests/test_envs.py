@@ -386,3 +386,54 @@ def test_gymnax_loads_its_render_only_imports_when_a_render_uses_them():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[]", "AxesImage (30, 40)", "module True"], done.stdout
+
+
+GYMNAX_FROM_TWO_THREADS = """
+import importlib.abc, sys, threading, time
+started, release, asking = threading.Event(), threading.Event(), threading.Event()
+
+class Slow(importlib.abc.MetaPathFinder):  # holds gymnax's import open, its module in sys.modules, until released
+    def find_spec(self, name, path, target=None):
+        if name != "gymnax":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("gymnax")
+        run = spec.loader.exec_module
+        def exec_module(module):
+            started.set()
+            release.wait(120)
+            run(module)
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, Slow())
+from jaxrl.envs import gymnax
+errors = []
+def ask():
+    asking.set()
+    try:
+        assert "CartPole-v1" in gymnax.ids()
+    except Exception as error:
+        errors.append(repr(error))
+first = threading.Thread(target=gymnax.import_gymnax)
+first.start()
+assert started.wait(120)
+second = threading.Thread(target=ask)
+second.start()
+assert asking.wait(120)
+time.sleep(0.5)  # time for the second thread to reach gymnax (a missed race passes; it cannot fail wrongly)
+release.set()
+first.join(120)
+second.join(120)
+print(errors)
+"""
+
+
+def test_gymnax_imported_from_two_threads_is_whole_in_both():
+    """A sweep validates (making an env) in one thread while another compiles: the second thread to ask for gymnax
+    waits until the first has finished importing it, never getting the half-initialised module."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", GYMNAX_FROM_TWO_THREADS], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.split("\n")[0] == "[]", done.stdout + done.stderr

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from flax import struct
 
-from jaxrl import field_rules, parallel
+from jaxrl import config_rules, envs, field_rules, parallel
 from jaxrl.config_rules import recurrent  # noqa: F401 (re-exported for the algorithms)
 from jaxrl.envs import check_env_id
 from jaxrl.field_rules import check  # noqa: F401 (the validators' `check`, re-exported)
@@ -377,32 +377,19 @@ def check_fields(config) -> None:
         field_rules.check_value(name, value)
 
 
+def env_facts(env_id: str) -> config_rules.EnvFacts:
+    """What `jaxrl.config_rules` needs of the env `env_id` (one copy of it made): its observation shape, whether its
+    actions are discrete, and its time limit (`max_steps_in_episode`; None where it has none)."""
+    env = envs.make(env_id, 1)
+    limit = getattr(getattr(env, "params", None), "max_steps_in_episode", None)
+    limit = int(limit) if isinstance(limit, (int, np.integer)) and limit >= 1 else None
+    return config_rules.EnvFacts(tuple(env.spec.observation_shape), bool(env.spec.discrete), limit)
+
+
 def check_common(config, rules) -> None:
-    """The checks every algorithm's `validate` starts with: `check_fields` (each field's type and rule), a
-    registered env id, then `rules` (the algorithm's entry in `jaxrl.config_rules.BY_ALGORITHM`: the fields
-    together)."""
+    """The checks every algorithm's `validate` makes: `check_fields` (each field's type and rule), a registered env
+    id, then `rules` (the algorithm's entry in `jaxrl.config_rules.BY_ALGORITHM`: the fields together and with the
+    env's facts, `env_facts`)."""
     check_fields(config)
     check_env_id(config.env)
-    rules(config)
-
-
-def check_action_space(config, discrete: bool, wanted: bool, algorithm: str) -> None:
-    """The env's action space must be discrete (`wanted`=True) or continuous (False) for `algorithm`."""
-    if discrete == wanted:
-        return
-    if wanted:
-        hint = f"{algorithm} needs a discrete action space (e.g. CartPole-v1)"
-    else:
-        hint = f"{algorithm} needs continuous (Box) actions, e.g. Pendulum-v1 or MountainCarContinuous-v0"
-    kind = "discrete" if discrete else "continuous"
-    check(False, "env", f"{config.env} has {kind} actions; {hint}.")
-
-
-def check_torso(config, observation_shape) -> None:
-    """An image torso gets image observations [H, W, C] (`check_fields` checks that `torso` is known)."""
-    check(
-        config.torso == "mlp" or len(observation_shape) == 3,
-        "torso",
-        f"{config.torso!r} needs image observations [H, W, C]; {config.env} has shape {tuple(observation_shape)}: "
-        "use torso='mlp'.",
-    )
+    rules(config, env_facts(config.env))

@@ -105,7 +105,7 @@ class TrainState:
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    q_learning.validate_common(config, "DQN", config_rules.dqn)
+    q_learning.validate_common(config, config_rules.dqn)
     check(isinstance(config.prioritized, bool), "prioritized", f"got {config.prioritized!r}, must be True or False.")
 
 

@@ -83,12 +83,6 @@ class Config(ac.Config):
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
     ac.validate(config, config_rules.impala)
-    if config.critic == "q":
-        check(
-            envs.make(config.env, 1).spec.discrete,
-            "critic",
-            f"critic='q' needs discrete actions; {config.env} is continuous: use critic='value'.",
-        )
 
 
 def make_network(config: Config, spec: envs.EnvSpec, box: envs.EnvSpec | None = None) -> ActorCritic | ActorQCritic:

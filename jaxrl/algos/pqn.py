@@ -33,7 +33,7 @@ class Config(q_learning.LambdaConfig):
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    q_learning.validate_lambda(config, "PQN", config_rules.pqn)
+    q_learning.validate_lambda(config, config_rules.pqn)
 
 
 def setup(config: Config) -> Setup:

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, parallel
+from jaxrl import config_rules, envs, parallel
 from jaxrl.algos.base import check, hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import off_policy
 from jaxrl.networks import GaussianActor, squashed_gaussian
@@ -46,7 +46,7 @@ class Config(off_policy.Config):
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    off_policy.validate(config, "SAC")
+    off_policy.validate(config, config_rules.sac)
     check(isinstance(config.autotune, bool), "autotune", f"got {config.autotune!r}, must be True or False.")
 
 

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl import losses
+from jaxrl import config_rules, losses
 from jaxrl.algos.base import check, hyper, make_train, static, takes_setup, train
 from jaxrl.algos.families import q_learning
 from jaxrl.algos.families.q_learning import LambdaState as TrainState
@@ -66,7 +66,7 @@ class Config(q_learning.LambdaConfig):
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    q_learning.validate_lambda(config, "Expected SARSA" if config.expected is True else "SARSA")
+    q_learning.validate_lambda(config, config_rules.sarsa)
     check(isinstance(config.expected, bool), "expected", f"got {config.expected!r}, must be True or False.")
 
 

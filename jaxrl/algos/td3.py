@@ -16,6 +16,7 @@ from __future__ import annotations
 import jax
 from flax import struct
 
+from jaxrl import config_rules
 from jaxrl.algos.base import hyper, make_train, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import off_policy
 
@@ -36,7 +37,7 @@ class Config(off_policy.DPGConfig):
 
 def validate(config: Config) -> None:
     """Raises a ValueError naming the field and the fix for a config that cannot run."""
-    off_policy.validate(config, "TD3")
+    off_policy.validate(config, config_rules.td3)
 
 
 def gradient_step(config: Config, networks: off_policy.Networks, state: TrainState, batch, key):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
 import types
 
 import jax
@@ -32,20 +33,24 @@ class DeferredModule(types.ModuleType):
         return getattr(importlib.import_module(self.__name__), name)
 
 
+_IMPORTING = threading.Lock()
+
+
 def import_gymnax():
     """The gymnax module, imported on first use (see the module docstring), with `RENDER_ONLY_IMPORTS` deferred
-    until a gymnax render function uses them."""
-    if "gymnax" in sys.modules:
-        return sys.modules["gymnax"]
-    stand_ins = {name: DeferredModule(name) for name in RENDER_ONLY_IMPORTS if name not in sys.modules}
-    sys.modules.update(stand_ins)
-    try:
-        import gymnax
-    finally:
-        for name, stand_in in stand_ins.items():
-            if sys.modules.get(name) is stand_in:
-                del sys.modules[name]
-    return gymnax
+    until a gymnax render function uses them. Safe from several threads at once (a sweep compiles while it
+    validates): a thread never gets the module while another is still initialising it."""
+    with _IMPORTING:
+        if "gymnax" not in sys.modules:
+            stand_ins = {name: DeferredModule(name) for name in RENDER_ONLY_IMPORTS if name not in sys.modules}
+            sys.modules.update(stand_ins)
+            try:
+                import gymnax  # noqa: F401
+            finally:
+                for name, stand_in in stand_ins.items():
+                    if sys.modules.get(name) is stand_in:
+                        del sys.modules[name]
+    return importlib.import_module("gymnax")  # waits for an import of gymnax another thread has under way
 
 
 def ids() -> list[str]:

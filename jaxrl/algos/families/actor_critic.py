@@ -38,7 +38,6 @@ from jaxrl import config_rules, envs, estimators, lag, losses, optim, parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import (
     check_common,
-    check_torso,
     shared,
     static,
     takes_setup,
@@ -92,9 +91,8 @@ class TrainState:
 
 def validate(config, rules=config_rules.actor_critic) -> None:
     """The family's checks: `base.check_common` (each field's type and rule, the env id, then `rules`, the
-    algorithm's rules across its fields: `jaxrl.config_rules`), and the torso fits the env."""
+    algorithm's rules across its fields and with its env: `jaxrl.config_rules`)."""
     check_common(config, rules)
-    check_torso(config, envs.make(config.env, 1).spec.observation_shape)
 
 
 def make_env(config):

@@ -70,9 +70,9 @@ class GroupConfig(base.Config):
 
 @functools.lru_cache(maxsize=None)
 def time_limit(env_id: str) -> int:
-    """The env's `max_steps_in_episode` (ValueError when it has none)."""
-    limit = getattr(envs.make(env_id, 1).params, "max_steps_in_episode", None)
-    if not isinstance(limit, int) or limit < 1:
+    """The env's `max_steps_in_episode` (`base.env_facts`; ValueError when it has none)."""
+    limit = base.env_facts(env_id).time_limit
+    if limit is None:
         raise ValueError(f"Config.horizon: {env_id} has no time limit; set horizon to the steps per member.")
     return limit
 

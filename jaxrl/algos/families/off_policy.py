@@ -32,11 +32,10 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import config_rules, envs, estimators, parallel, replay
+from jaxrl import envs, estimators, parallel, replay
 from jaxrl.algos import base
 from jaxrl.algos.base import (
     check,
-    check_action_space,
     check_common,
     hyper,
     shared,
@@ -134,15 +133,15 @@ def setup(config: Config, actor: type[nn.Module] = DeterministicActor) -> Setup:
     return Setup(env, make_networks(config, env.spec, actor))
 
 
-def validate(config: Config, name: str) -> None:
-    """The checks the family shares; `name` (e.g. "TD3") goes into the discrete-env message."""
-    check_common(config, config_rules.off_policy)
+def validate(config: Config, rules) -> None:
+    """The checks the family shares: `check_common` with the algorithm's `rules` (`jaxrl.config_rules.td3`, ...:
+    a buffer that holds a rollout per env, continuous actions), and positive hidden sizes."""
+    check_common(config, rules)
     check(
         all(isinstance(h, int) and h >= 1 for h in config.hidden_sizes),
         "hidden_sizes",
         f"got {config.hidden_sizes!r}, must be positive integers.",
     )
-    check_action_space(config, envs.make(config.env).spec.discrete, False, name)
 
 
 def optimizers(config: Config) -> dict[str, optax.GradientTransformation]:

@@ -31,9 +31,7 @@ from flax import struct
 from jaxrl import config_rules, envs, estimators, losses, networks, optim, parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import (
-    check_action_space,
     check_common,
-    check_torso,
     hyper,
     shared,
     static,
@@ -71,14 +69,10 @@ class Config(base.Config):
     max_grad_norm: float = shared("max_grad_norm", 10.0)
 
 
-def validate_common(config: Config, algorithm: str, rules=config_rules.q_learning) -> None:
-    """The checks every Q-learning Config shares (`algorithm` names the algorithm in the messages): `check_common`
-    (each field's type and rule, the env id, then `rules`, the algorithm's rules across its fields), and an env
-    with discrete actions that fits the torso."""
+def validate_common(config: Config, rules=config_rules.dqn) -> None:
+    """The checks every Q-learning Config shares: `check_common` (each field's type and rule, the env id, then
+    `rules`, the algorithm's rules across its fields and with its env: discrete actions, a torso that fits)."""
     check_common(config, rules)
-    spec = envs.make(config.env).spec
-    check_action_space(config, spec.discrete, True, algorithm)
-    check_torso(config, spec.observation_shape)
 
 
 @struct.dataclass
@@ -180,9 +174,9 @@ class LambdaState:
     memory: RecurrentCarry | None = None  # a recurrent Q-network's hidden state and episode starts (None: no core)
 
 
-def validate_lambda(config: LambdaConfig, algorithm: str, rules=config_rules.q_lambda) -> None:
+def validate_lambda(config: LambdaConfig, rules=config_rules.q_lambda) -> None:
     """`validate_common` with the rules of the lambda-return iteration."""
-    validate_common(config, algorithm, rules)
+    validate_common(config, rules)
 
 
 def lambda_optimizer(config: LambdaConfig) -> optax.GradientTransformation:
