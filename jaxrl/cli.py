@@ -185,6 +185,8 @@ SWEEP_FLAGS = [
         " compiled program each, writing the results of the finished points after every part (default: all in one)")),
     ("--method", dict(default="jit", choices=["jit", "shard_map"], help="how the batch is sharded")),
     ("--devices", dict(type=int, default=None, help="shard over the first N devices (default: all)")),
+    ("--device-independent", dict(action="store_true", help="compile without XLA's algebraic simplifier, so that"
+        " every row is the same bits on any device count (a little slower)")),
     ("--cpu-cores", dict(type=int, default=None, help="XLA CPU devices of this process (default: one per core it may"
         " use; one per process of a multi-process run)")),
     CPU_THREADS_FLAG,

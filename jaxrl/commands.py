@@ -257,6 +257,7 @@ def run_sweep(args) -> int:
         if jax.process_index() == 0 and not args.quiet:
             print(f"sweep {args.algo} on {base.env}: {counts} in {jax.process_count()} process(es)", flush=True)
         options = dict(seeds=args.seeds, seed=args.seed, algo=module, devices=devices, method=args.method)
+        options |= dict(device_independent=args.device_independent)
         if args.points_per_program is None:
             results = sweep.run(points, **options, keep_state=False)
         else:

@@ -226,6 +226,12 @@ def _q_env(config, env: EnvFacts | None, algorithm: str) -> None:
         check_torso(config, env.observation_shape)
 
 
+def q_learning(config, env: EnvFacts | None, algorithm: str = "Q-learning") -> None:
+    """One iteration at least, and the Q-learner's env (the family's default)."""
+    check_iterations(config)
+    _q_env(config, env, algorithm)
+
+
 def q_lambda(config, env: EnvFacts | None, algorithm: str = "SARSA") -> None:
     """One iteration at least, `num_minibatches` divides the rollout batch, and the Q-learner's env."""
     check_iterations(config)

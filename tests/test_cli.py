@@ -12,9 +12,7 @@ from jaxrl.algos import ppo
 from jaxrl.plot import read_sweep
 from jaxrl.sweep import space
 
-TINY = (
-    "--num-envs 4 --num-steps 16 --total-timesteps 320 --update-epochs 1 --num-minibatches 2 --hidden-sizes 16,16"
-)
+TINY = "--num-envs 4 --num-steps 16 --total-timesteps 320 --update-epochs 1 --num-minibatches 2 --hidden-sizes 16,16"
 
 
 def sweep_args(text):
@@ -108,6 +106,23 @@ def test_a_quiet_sweep_prints_its_summary_alone(tmp_path, capsys):
     assert cli.main(argv.split()) == 0
     printed = capsys.readouterr()
     assert "config(s) x" not in printed.out and "95% interval" in printed.out and printed.err == ""
+
+
+def test_sweep_device_independent_reaches_the_program(tmp_path, monkeypatch):
+    """`jaxrl sweep --device-independent` compiles the sweep without XLA's algebraic simplifier (`sweep.run`'s
+    `device_independent`), and without the flag with it."""
+    from jaxrl import sweep
+
+    asked = []
+
+    def run(points, **options):
+        asked.append(options["device_independent"])
+        raise ValueError("stopped before compiling")
+
+    monkeypatch.setattr(sweep, "run", run)
+    argv = ["sweep", "ppo", "--grid", "learning_rate=1e-3,2e-3", "--seeds", "1", "--quiet", "--out", str(tmp_path)]
+    assert cli.main([*argv, "--device-independent"]) == 2 and cli.main(argv) == 2
+    assert asked == [True, False]
 
 
 def test_plot_needs_something_to_plot(capsys):

@@ -69,7 +69,7 @@ class Config(base.Config):
     max_grad_norm: float = shared("max_grad_norm", 10.0)
 
 
-def validate_common(config: Config, rules=config_rules.dqn) -> None:
+def validate_common(config: Config, rules=config_rules.q_learning) -> None:
     """The checks every Q-learning Config shares: `check_common` (each field's type and rule, the env id, then
     `rules`, the algorithm's rules across its fields and with its env: discrete actions, a torso that fits)."""
     check_common(config, rules)
