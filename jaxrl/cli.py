@@ -227,6 +227,9 @@ PBT_FLAGS = [
     ("--checkpoint-every", dict(type=_number, default=1, help="save a checkpoint every N chunks (N >= 1)")),
     ("--resume", dict(default=None, metavar="DIR", help="continue the population in DIR from its latest checkpoint"
         " with its own settings")),
+    ("--device-independent", dict(action="store_true", default=None, help="compile without XLA's algebraic"
+        " simplifier, so that every member's numbers are the same bits on any device count (a little slower; a"
+        " resume keeps it)")),
     ("--tensorboard", dict(action="store_true", help="also write TensorBoard event files: one run per member"
         " (training metrics, fitness, rank, parent, hyperparameters) and one for the population")),
     ("--eval-every", dict(type=_number, default=None, metavar="K", help="every K iterations (a divisor or a"

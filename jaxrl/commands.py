@@ -366,7 +366,7 @@ def pbt_command(args) -> int:
         return _pbt_refusal(error)
     from jaxrl import pbt
     from jaxrl.algos import ALGORITHMS
-    from jaxrl.run import checkpoint, loop
+    from jaxrl.run import checkpoint, folder, loop
 
     module = ALGORITHMS[args.algo]
     start_jax(args, "pbt")
@@ -381,6 +381,10 @@ def pbt_command(args) -> int:
         options |= dict(progress=not (args.no_progress or args.quiet), devices=args.devices)
         episodes = args.eval_episodes if args.eval_episodes is not None else settings.eval_episodes
         options |= dict(tensorboard=args.tensorboard, eval_episodes=episodes)
+        independent = args.device_independent  # a resume keeps its population's (a different one is refused)
+        if args.resume and independent is None:
+            independent = folder.read_run_folder(Path(args.resume)).get("device_independent", False)
+        options |= dict(device_independent=bool(independent))
         log = (lambda s: None) if args.quiet or not lead else (lambda s: print(s, flush=True))
         text = pbt.run_to_folder(out, args.algo, config, settings, seed, log=log, **options)
         print(text if lead else f"process {jax.process_index()}: done")

@@ -559,7 +559,6 @@ def chunked(tmp_path_factory):
     return pbt.run(CONFIG, EVAL_PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES), out
 
 
-
 def read_board(directory):
     """{tag: [(step, value)]} of the event files of `directory` in the order written, as TensorBoard shows them:
     a file's purge step (a resume's) drops the steps from there on that earlier files hold."""
@@ -829,3 +828,29 @@ def test_progress_bar_shows_the_best_and_median_fitness():
     ranked = evaluated.replace(fitness=evaluated.eval_return)
     assert pbt.runner.progress_text(ranked, "eval") == "eval best 7.0, median 3.0"
     assert pbt.runner.progress_text(step([np.nan] * 4), "eval") == "eval no episode ended"
+
+
+def test_jaxrl_pbt_device_independent_is_kept_by_a_resume(tmp_path, monkeypatch):
+    """`jaxrl pbt --device-independent` compiles the population without XLA's algebraic simplifier; its
+    config.json records it, and `--resume` compiles as the population did when the flag is not given again."""
+    from jaxrl import cli
+    from jaxrl.pbt import lineage
+
+    asked = []
+
+    def run_to_folder(out, algo, config, settings, seed, log=print, **options):
+        asked.append(options["device_independent"])
+        raise ValueError("stopped before compiling")
+
+    monkeypatch.setattr(pbt, "run_to_folder", run_to_folder)
+    argv = ["pbt", "ppo", "--explore", "learning_rate=loguniform:1e-4:1e-2", "--quiet"]
+    assert cli.main([*argv, "--device-independent", "--out", str(tmp_path / "a")]) == 2
+    assert cli.main([*argv, "--out", str(tmp_path / "b")]) == 2
+    for name, independent in (("on", True), ("off", False)):
+        (tmp_path / name).mkdir()
+        settings = pbt.PBTConfig(explore={"learning_rate": ("loguniform", 1e-4, 1e-2)})
+        info = lineage.folder_info("ppo", ppo.Config(), settings, 0, 10, independent)
+        assert info.get("device_independent", False) is independent
+        (tmp_path / name / "config.json").write_text(json.dumps(info))
+        assert cli.main(["pbt", "ppo", "--quiet", "--resume", str(tmp_path / name)]) == 2
+    assert asked == [True, False, True, False]

@@ -169,9 +169,12 @@ def pbt_settings(pbt: PBTConfig) -> dict:
     return settings if pbt.eval_every else {k: v for k, v in settings.items() if k not in EVAL_SETTINGS}
 
 
-def folder_info(algo: str, config, pbt: PBTConfig, seed: int = 0, num_chunks: int = 1) -> dict:
-    """The config.json of a population's folder: the algorithm, the base Config, the PBT settings, the seed and
-    the chunks (everything a resume must keep, as `jaxrl.run.folder.claim` compares it), as JSON holds it."""
+def folder_info(
+    algo: str, config, pbt: PBTConfig, seed: int = 0, num_chunks: int = 1, device_independent: bool = False
+) -> dict:
+    """The config.json of a population's folder: the algorithm, the base Config, the PBT settings, the seed, the
+    chunks and, when on, `device_independent` (everything a resume must keep, as `jaxrl.run.folder.claim` compares
+    it), as JSON holds it."""
     info = {
         "algo": algo,
         "label": f"{algo} pbt",
@@ -181,6 +184,8 @@ def folder_info(algo: str, config, pbt: PBTConfig, seed: int = 0, num_chunks: in
         "pbt": pbt_settings(pbt),
         "chunks": num_chunks,
     }
+    if device_independent:  # another program, other last bits: a resume keeps it
+        info["device_independent"] = True
     return json.loads(json.dumps(info))
 
 

@@ -255,7 +255,7 @@ def run(
         raise ValueError("resume=True needs the folder to resume from.")
     mesh = population_mesh(pbt, devices)
     plan = chunk_plan(config, pbt, num_chunks)
-    info = lineages.folder_info(name, config, pbt, seed, num_chunks)
+    info = lineages.folder_info(name, config, pbt, seed, num_chunks, device_independent)
     out = None if out is None else Path(out)
     log = log if log is not None and hosts.lead() else (lambda text: None)
     with TermAsInterrupt():
