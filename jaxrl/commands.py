@@ -155,9 +155,24 @@ def check_run_folder(args, new_dir: str | None) -> None:
         folder.check_new_run_dir(Path(new_dir))
 
 
+def check_run_flags(args) -> None:
+    """Refuses, in one line and before JAX starts, a count a new `jaxrl train` run is given out of its range
+    (`jaxrl.run.options`: --seeds, --seed, --chunks, --checkpoint-every, --eval-every, --eval-episodes,
+    --seed-devices). A resume's settings are the folder's, and are checked once JAX has started."""
+    from jaxrl.run import folder, options
+
+    if args.resume:
+        return
+    s = {**folder.RUN_DEFAULTS, **{k: getattr(args, k) for k in folder.RUN_DEFAULTS if getattr(args, k) is not None}}
+    seed_devices = 1 if args.seed_devices is None else args.seed_devices
+    options.check_counts(s["seeds"], s["seed"], args.chunks, args.checkpoint_every, s["eval_every"], s["eval_episodes"],
+                  seed_devices)  # fmt: skip
+
+
 def train_command(args) -> int:
     """`jaxrl train ALGO ...` (or `--resume RUN_DIR`): validates, names the run folder, trains, prints the summary."""
     check_config_flags(args)
+    check_run_flags(args)
     check_run_folder(args, args.run_dir)
     status(args, f"starting JAX and {args.algo}")
     from jaxrl.algos import ALGORITHMS

@@ -400,6 +400,19 @@ def test_fields_that_break_their_algorithm_rules_together_are_refused_before_jax
     refused_before_jax(cases)
 
 
+def test_a_run_count_out_of_its_range_is_refused_before_jax_starts():
+    """`jaxrl train`'s counts (seeds, base seed, chunks, checkpoints, evaluations, seed devices) out of their range
+    are refused before JAX starts, in the words `loop.validate_run` uses (`jaxrl.run.options`)."""
+    cases = [
+        (["train", "ppo", "--seeds", "0"], "seeds=0: need at least one seed."),
+        (["train", "dqn", "--chunks", "0"], "num_chunks=0: a number of compiled chunks, >= 1."),
+        (["train", "ppo", "--seeds", "2", "--seed-devices", "3"], "seed_devices=3 is more than seeds=2"),
+        (["train", "ppo", "--eval-every", "2", "--eval-episodes", "0"], "eval_episodes=0: need at least one episode"),
+        (["train", "ppo", "--checkpoint-every", "0"], "checkpoint_every=0: a number of chunks, >= 1"),
+    ]
+    refused_before_jax(cases)
+
+
 def test_a_population_setting_is_refused_before_jax_starts():
     """jaxrl pbt's own flags: an --explore flag that does not read, names an unknown or a static field, or whose
     prior excludes the field's starting value, and a population setting out of its range, are refused before JAX

@@ -46,11 +46,11 @@ from jaxrl.run.compile import (
     seeds_mesh,
 )
 from jaxrl.run.folder import RunDirError, make_run_dir  # noqa: F401  (what run raises and names, importable here)
+from jaxrl.run.options import MAX_CHUNKS, check_counts  # noqa: F401 (MAX_CHUNKS: importable here)
 from jaxrl.run.report import RunResult, first_divergence, last_finite_return, progress_text, write_summary
 from jaxrl.run.signals import DeferredStop, Stop, TermAsInterrupt, signum_of  # noqa: F401  (Stop: importable here)
 
 MAX_ITERATIONS = 2**31  # the iteration counter is an int32 inside the compiled program
-MAX_CHUNKS = 10**6  # so that the chunk plan, a list, stays small
 
 
 class Divergence(RuntimeError):
@@ -98,11 +98,6 @@ class Interrupted(KeyboardInterrupt):
             again = f"jaxrl {command} {algo_name} --resume {run_dir}"
         how = "interrupted" if self.signum == signal.SIGINT else f"stopped by {signal.Signals(self.signum).name}"
         return f"{how} {'during compilation: ' if self.compiling else ''}{where}. Continue with: {again}"
-
-
-def _count(value, name: str, minimum: int, what: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name}={value!r}: {what}.")
 
 
 def _with_eval_columns(metrics: dict[str, np.ndarray], scores, seeds: int, size: int) -> dict[str, np.ndarray]:
@@ -194,20 +189,7 @@ def validate_run(algo: Algorithm, config, options: RunOptions | None = None, **f
             f"iterations of {config.env_steps_per_iteration} env steps; a run has at most 2**31 iterations: "
             "lower --total-timesteps."
         )
-    _count(o.seeds, "seeds", 1, "need at least one seed")
-    _count(o.seed, "seed", 0, "the base random seed is an integer >= 0")
-    _count(o.num_chunks, "num_chunks", 1, "a number of compiled chunks, >= 1")
-    if o.num_chunks > MAX_CHUNKS:
-        raise ValueError(
-            f"num_chunks={o.num_chunks} (--chunks): at most {MAX_CHUNKS:,} compiled chunks (each one ends in host "
-            "work: logs, checks, the progress bar)."
-        )
-    _count(
-        o.checkpoint_every, "checkpoint_every", 1, "a number of chunks, >= 1 (a checkpoint is also written at the end)"
-    )
-    _count(o.eval_every, "eval_every", 0, "a number of chunks, >= 0 (0: no evaluation)")
-    if o.eval_every:
-        _count(o.eval_episodes, "eval_episodes", 1, "need at least one episode per evaluation")
+    check_counts(o.seeds, o.seed, o.num_chunks, o.checkpoint_every, o.eval_every, o.eval_episodes, o.seed_devices)
     if o.resume and o.run_dir is None:
         raise ValueError("resume=True needs the run_dir to resume from.")
     mesh = None if mesh is not None and mesh.size == 1 else mesh
@@ -233,8 +215,8 @@ def auto_seed_devices(seeds: int) -> int:
 
 
 def _seeds_mesh(o: RunOptions, mesh: Mesh | None) -> Mesh | None:
-    """The mesh `o.seed_devices` splits the seeds over (None for 1), or a ValueError naming what does not fit."""
-    _count(o.seed_devices, "seed_devices", 1, "a number of devices, >= 1")
+    """The mesh `o.seed_devices` (checked alone by `options.check_counts`) splits the seeds over (None for 1), or a
+    ValueError naming what does not fit the devices."""
     if o.seed_devices == 1:
         return None
     if mesh is not None:
@@ -244,8 +226,6 @@ def _seeds_mesh(o: RunOptions, mesh: Mesh | None) -> Mesh | None:
         )
     if jax.process_count() > 1:
         raise ValueError(f"seed_devices={o.seed_devices}: seeds are split over the devices of one process only.")
-    if o.seed_devices > o.seeds:
-        raise ValueError(f"seed_devices={o.seed_devices} is more than seeds={o.seeds}: each device trains whole seeds.")
     if o.seed_devices > jax.local_device_count():
         raise ValueError(
             f"seed_devices={o.seed_devices}: this process has {jax.local_device_count()} device(s) "
