@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent / "jaxrl"
 # unit -> layer (higher imports lower, never the reverse); a unit is a subpackage or a top-level module
 LAYERS = {
     "cli": 4,
+    "cli_flags": 4,  # each command's flags as data: imports no JAX
     "commands": 4,
     "run": 3,
     "sweep": 3,

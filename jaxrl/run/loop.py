@@ -46,7 +46,7 @@ from jaxrl.run.compile import (
     seeds_mesh,
 )
 from jaxrl.run.folder import RunDirError, make_run_dir  # noqa: F401  (what run raises and names, importable here)
-from jaxrl.run.options import MAX_CHUNKS, check_counts  # noqa: F401 (MAX_CHUNKS: importable here)
+from jaxrl.run.options import check_counts
 from jaxrl.run.report import RunResult, first_divergence, last_finite_return, progress_text, write_summary
 from jaxrl.run.signals import DeferredStop, Stop, TermAsInterrupt, signum_of  # noqa: F401  (Stop: importable here)
 
