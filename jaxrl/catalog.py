@@ -122,6 +122,24 @@ def check_env_id(env_id: str) -> None:
     )
 
 
+def defaults(algo: str) -> dict:
+    """Each Config field of the catalogued algorithm `algo`, by name, to its default as a value (the type the
+    Config's default has: a tuple for a tuple, inf for a float_or_inf field's inf), without importing it."""
+    import ast
+
+    from jaxrl.sweep_flags import value_of
+
+    values = {}
+    for name, kind, default, *_ in CATALOG[algo]["fields"]:
+        if kind == "str":
+            values[name] = default
+        elif kind == "tuple":
+            values[name] = ast.literal_eval(default)
+        else:
+            values[name] = value_of("float" if kind == "float_or_inf" else kind, name, default)
+    return values
+
+
 def write(path: Path = PATH, env_ids_path: Path = ENV_IDS_PATH) -> None:
     """Writes `build()` to `path` and `build_env_ids()` to `env_ids_path` as JSON."""
     path.write_text(json.dumps(build(), indent=1, ensure_ascii=False) + "\n")

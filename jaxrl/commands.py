@@ -63,8 +63,7 @@ def check_config_flags(args) -> None:
     - a plain env id that is neither gymnax's nor jaxrl's own (`jaxrl.catalog.check_env_id`);
     - fields that break the algorithm's rules together or with the env (`jaxrl.config_rules`: a minibatch count
       that does not divide the batch, a buffer too small, an image torso on vector observations, continuous actions
-      for a Q-learner), with the env's facts that `jaxrl/env_ids.json` records, unless a `--preset` gives values
-      only the presets know;
+      for a Q-learner), with the env's facts that `jaxrl/env_ids.json` records, and a `--preset`'s values;
     - for `jaxrl sweep`, a --grid, --random or --dist flag that does not read (`jaxrl.sweep_flags`), names no field,
       or gives a value (a distribution's bounds) that breaks its field's rule;
     - for `jaxrl pbt`, its population settings (`--ready` against the run's iterations too) and --explore flags
@@ -76,10 +75,10 @@ def check_config_flags(args) -> None:
     given = (name for name, *_ in entry["fields"] if hasattr(args, name))
     field_rules.check_values({name: getattr(args, name) for name in given})
     kinds = {name: kind for name, kind, *_ in entry["fields"]}
-    values, env = config_values(args, entry), None
+    values, env = config_values(args.algo, args), None
     if not getattr(args, "resume", None) and "jaxrl.envs" not in sys.modules:  # an --env-module may have registered ids
         catalog.check_env_id(values["env"])
-    if not getattr(args, "resume", None) and not getattr(args, "preset", False):
+    if not getattr(args, "resume", None):
         env = env_facts(values["env"])
         config_rules.check_values(args.algo, values, env)
     if args.command == "sweep":
@@ -94,10 +93,8 @@ def check_config_flags(args) -> None:
         from jaxrl import pbt_settings
 
         settings = pbt_config(args)
-        explored, iterations = None, None  # a preset's values are known once the presets (and JAX) are imported
-        if not getattr(args, "preset", False):
-            explored = {name: values[name] for name in settings.explore if name in entry["sweepable"]}
-            iterations = config_rules.num_iterations(values, env)
+        explored = {name: values[name] for name in settings.explore if name in entry["sweepable"]}
+        iterations = config_rules.num_iterations(values, env)
         pbt_settings.check_settings(settings, iterations)
         pbt_settings.check_explore(settings.explore, kinds, entry["sweepable"], "Config", explored)
 
@@ -118,26 +115,19 @@ def env_facts(env_id: str):
         return None
 
 
-def config_values(args, entry: dict) -> dict:
-    """Every field of the Config the flags give, by name, without importing the algorithm: each field's default
-    from the catalog `entry` (`jaxrl.catalog`), then every flag given on top (a `--preset`'s values are not
-    among them)."""
-    import ast
+def config_values(algo: str, args: argparse.Namespace) -> dict:
+    """Every field of `algo`'s Config the flags give, by name, without importing the algorithm or JAX: each field's
+    default (`jaxrl.catalog.defaults`), with `--preset` the preset's values for the env (`jaxrl.presets.overrides`),
+    then every flag given on top."""
+    from jaxrl import catalog
 
-    from jaxrl import sweep_flags
+    values = catalog.defaults(algo)
+    if getattr(args, "preset", False):
+        from jaxrl import presets
 
-    values = {}
-    for name, kind, default, *_ in entry["fields"]:
-        value = getattr(args, name, None)
-        if value is None:
-            if kind == "str":
-                value = default
-            elif kind == "tuple":
-                value = ast.literal_eval(default)
-            else:
-                value = sweep_flags.value_of("float" if kind == "float_or_inf" else kind, name, default)
-        values[name] = value
-    return values
+        values.update(presets.overrides(algo, getattr(args, "env", None) or values["env"]))
+    given = (name for name in values if getattr(args, name, None) is not None)
+    return {**values, **{name: getattr(args, name) for name in given}}
 
 
 def check_run_folder(args, new_dir: str | None) -> None:

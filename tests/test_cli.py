@@ -400,6 +400,21 @@ def test_fields_that_break_their_algorithm_rules_together_are_refused_before_jax
     refused_before_jax(cases)
 
 
+def test_a_presets_values_are_checked_before_jax_starts():
+    """Under `--preset` the rules see the preset's values (`jaxrl.presets`, read without JAX), with the flags on
+    top: Pendulum-v1's PPO preset takes 32 minibatches, which a batch of 5 x 100 does not divide, and its gamma of
+    0.95 lies outside a prior of [0.96, 1]."""
+    preset = ["ppo", "--env", "Pendulum-v1", "--preset"]
+    small = ["--num-envs", "5", "--num-steps", "100"]
+    cases = [
+        (["train", *preset, *small], "Config.num_minibatches: 32 does not divide the batch num_envs * num_steps = 500"),
+        (["sweep", *preset, *small, "--grid", "gamma=0.9,0.99"], "Config.num_minibatches: 32 does not divide"),
+        (["pbt", *preset, "--ready", "100", "--explore", "ent_coef=uniform:0:0.1"], "must be 1 to num_iterations = 97"),
+        (["pbt", *preset, "--explore", "gamma=uniform:0.96:1"], "exclude the starting value Config.gamma = 0.95"),
+    ]
+    refused_before_jax(cases)
+
+
 def test_a_run_count_out_of_its_range_is_refused_before_jax_starts():
     """`jaxrl train`'s counts (seeds, base seed, chunks, checkpoints, evaluations, seed devices) out of their range
     are refused before JAX starts, in the words `loop.validate_run` uses (`jaxrl.run.options`)."""

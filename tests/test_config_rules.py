@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from jaxrl import catalog, commands, config_rules
+from jaxrl import catalog, commands, config_rules, presets
 from jaxrl.algos import ALGORITHMS
 
 # The fields each case sets: a case breaks one rule where the algorithm has those fields, or none (the first).
@@ -58,11 +58,11 @@ def test_every_algorithm_has_its_rules():
 def test_without_the_envs_facts_its_rules_wait_for_validate():
     """A suite's env, one an --env-module registers, or a recorded id under another gymnax version: no facts, so
     the torso, the action space and a horizon of 0 pass before JAX."""
-    ppo = {**commands.config_values(argparse.Namespace(), catalog.CATALOG["ppo"]), "torso": "cnn"}
+    ppo = {**commands.config_values("ppo", argparse.Namespace()), "torso": "cnn"}
     config_rules.check_values("ppo", ppo, None)
     with pytest.raises(ValueError, match=r"^Config\.torso: 'cnn' needs image observations"):
         config_rules.check_values("ppo", ppo, config_rules.EnvFacts((4,), True, 500))
-    grpo = {**commands.config_values(argparse.Namespace(), catalog.CATALOG["grpo"]), "num_minibatches": 7}
+    grpo = {**commands.config_values("grpo", argparse.Namespace()), "num_minibatches": 7}
     config_rules.check_values("grpo", grpo, None)
     assert config_rules.num_iterations(grpo, None) is None
     assert catalog.env_facts("navix:Navix-Empty-5x5-v0") is None and catalog.env_facts("mine:Task") is None
@@ -85,7 +85,7 @@ def test_the_rules_before_jax_refuse_what_validate_refuses_in_its_words(algo):
     for case in CASES:
         if not set(case) <= fields:
             continue
-        values = commands.config_values(argparse.Namespace(**case), entry)
+        values = commands.config_values(algo, argparse.Namespace(**case))
         env = catalog.env_facts(values["env"])
         assert env is not None or catalog.gymnax_version() != catalog.ENV_IDS["gymnax_version"], values["env"]
         early = refusal(config_rules.check_values, algo, values, env)
@@ -96,3 +96,30 @@ def test_the_rules_before_jax_refuse_what_validate_refuses_in_its_words(algo):
         assert early == late, (algo, case)
         seen["refused" if late else "passed"] += 1
     assert seen["refused"] >= 2 and seen["passed"] >= 1, seen
+
+
+@pytest.mark.parametrize(("algo", "env"), presets.available())
+def test_under_a_preset_the_rules_before_jax_refuse_what_validate_refuses(algo, env):
+    """`jaxrl train ALGO --env ENV --preset FLAGS`: the preset's values (read without JAX) with the flags on top,
+    checked before JAX, give the refusal `validate` gives `presets.get(ALGO, ENV, **FLAGS)`, or none; the preset
+    alone passes."""
+    module, fields = ALGORITHMS[algo], {name for name, *_ in catalog.CATALOG[algo]["fields"]}
+    env_facts = catalog.env_facts(env)
+    refused = 0
+    for case in PRESET_CASES:
+        if not set(case) <= fields:
+            continue
+        values = commands.config_values(algo, argparse.Namespace(preset=True, env=env, **case))
+        early = refusal(config_rules.check_values, algo, values, env_facts)
+        late = refusal(module.validate, presets.get(algo, env, **case))
+        if env_facts is None:  # another gymnax version: the env's rules wait for validate
+            assert early in (None, late), (algo, env, case)
+            continue
+        assert early == late, (algo, env, case)
+        assert case or late is None, (algo, env)
+        refused += late is not None
+    assert refused >= 1
+
+
+# Flags on top of a preset: none, then each breaking a rule with some preset's own values.
+PRESET_CASES = [{}, {"total_timesteps": 1}, {"num_envs": 5, "num_steps": 101}, {"num_envs": 3, "buffer_size": 100}]

@@ -1,6 +1,6 @@
 """A population's settings checked without JAX (`jaxrl.pbt_settings`): `jaxrl pbt` refuses its flags before JAX
-starts in the words `jaxrl.pbt.validate` uses on the Config the same flags make, for every algorithm; what the
-flags do not fix before JAX (a preset's values) is left to `validate`."""
+starts in the words `jaxrl.pbt.validate` uses on the Config the same flags make (a `--preset`'s values included),
+for every algorithm."""
 
 from __future__ import annotations
 
@@ -86,17 +86,20 @@ def test_a_settings_flag_is_refused_before_jax_as_validate_refuses_it(flags):
     assert early == late
 
 
-def test_ready_is_checked_against_the_runs_iterations_unless_a_preset_gives_them():
+def test_ready_is_checked_against_the_runs_iterations_a_presets_too():
     """`ready` beyond the run's iterations is refused before JAX as `validate` refuses it, a grouped learner's too
-    (its horizon the env's time limit, from the facts the catalog records). Under a `--preset`, whose values are
-    known once JAX has started, it passes before JAX; so does a preset's starting value outside the prior."""
+    (its horizon the env's time limit, from the facts the catalog records), and so is a prior that excludes a
+    field's starting value; under a `--preset` the iterations and the starting values are the preset's."""
     early, late = both("ppo", "--total-timesteps", "2048", "--ready", "5", "--explore", "gamma=uniform:0.9:1")
     assert early == late == "PBTConfig.ready: got 5, must be 1 to num_iterations = 2."
     early, late = both("grpo", "--total-timesteps", "40000", "--ready", "5", "--explore", "clip_eps=uniform:0.1:0.3")
     assert early == late == "PBTConfig.ready: got 5, must be 1 to num_iterations = 2."
-    for explore in ("gamma=uniform:0:0.5", "gamma=uniform:0.9:1"):
-        flags = ["pbt", "ppo", "--preset", "--ready", "100000", "--explore", explore]
-        commands.check_config_flags(cli.build_parser("pbt").parse_args(flags))
+    preset = ("ppo", "--env", "Pendulum-v1", "--preset")
+    early, late = both(*preset, "--ready", "100", "--explore", "gamma=uniform:0.9:1")
+    assert early == late == "PBTConfig.ready: got 100, must be 1 to num_iterations = 97."
+    assert both(*preset, "--ready", "97", "--explore", "gamma=uniform:0.9:1") == (None, None)
+    early, late = both(*preset, "--explore", "gamma=uniform:0.96:1")
+    assert early == late and "the starting value Config.gamma = 0.95" in early  # the default, 0.99, is inside
 
 
 def test_an_explore_flag_without_a_name_is_one_line():

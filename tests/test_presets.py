@@ -283,6 +283,22 @@ def test_a_bad_file_is_a_one_line_error_naming_the_file_and_the_field(tmp_path, 
     assert "\n" not in message and message.startswith(f"{path}: {where}"), message
 
 
+def test_reading_the_presets_imports_no_jax():
+    """The command line reads a preset's values before JAX starts: `jaxrl.presets` types them by the catalog's
+    defaults, so loading every file, in a fresh process, imports neither JAX nor an algorithm; `get` does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom jaxrl import presets\n"
+        "print(len(presets.load()), presets.overrides('ppo', 'Pendulum-v1')['num_minibatches'])\n"
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'jaxrl.algos'))))\n"
+        "presets.get('ppo', 'Pendulum-v1')\nprint('jaxrl.algos.ppo' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.stdout.split() == [str(len(presets.PRESETS)), "32", "[]", "True"], done.stdout + done.stderr
+
+
 def test_the_package_files_load_with_the_public_loader():
     loaded = presets.load()
     assert {key: preset.fields for key, preset in loaded.items()} == presets.PRESETS

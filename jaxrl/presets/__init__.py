@@ -37,7 +37,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from jaxrl.algos import ALGORITHMS
+from jaxrl import catalog
 
 DIRECTORY = Path(__file__).parent
 RESULT = "result"  # the sub-table of an environment's table that holds its measured results row
@@ -71,9 +71,9 @@ def _fail(path: Path, where: str, message: str) -> ValueError:
     return ValueError(f"{path}: {where}: {message}")
 
 
-def _field_value(path: Path, env: str, field: dataclasses.Field, value: Any) -> Any:
+def _field_value(path: Path, env: str, name: str, default: Any, value: Any) -> Any:
     """`value` as the type of the field's default: an array becomes a tuple, an integer for a float a float."""
-    where, default = f"[{env}] {field.name}", field.default
+    where = f"[{env}] {name}"
     if isinstance(default, tuple):
         if not isinstance(value, list):
             raise _fail(path, where, f"got {value!r}, must be an array like the default {list(default)!r}.")
@@ -117,17 +117,18 @@ def _kind_name(kind) -> str:
 
 
 def load_file(path: Path) -> list[Preset]:
-    """The presets of one file, `<algo>.toml`, checked against `ALGORITHMS[algo].Config`."""
+    """The presets of one file, `<algo>.toml`, checked against the defaults of `algo`'s Config, which the catalog
+    records (`jaxrl.catalog.defaults`): reading presets imports no JAX."""
     path = Path(path)
     algo = path.stem
-    if algo not in ALGORITHMS:
-        names = ", ".join(ALGORITHMS)
+    if algo not in catalog.CATALOG:
+        names = ", ".join(catalog.CATALOG)
         raise _fail(path, "file name", f"{algo!r} is not an algorithm; name the file <algo>.toml, one of {names}.")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise _fail(path, "not valid TOML", str(error).splitlines()[0]) from None
-    fields = {f.name: f for f in dataclasses.fields(ALGORITHMS[algo].Config)}
+    fields = catalog.defaults(algo)
     presets = []
     for env, table in data.items():
         if not isinstance(table, dict):
@@ -143,7 +144,7 @@ def load_file(path: Path) -> list[Preset]:
                 hint = f" (did you mean {close[0]}?)" if close else ""
                 raise _fail(path, f"[{env}] {name}", f"not a field of {algo}.Config{hint}.")
             else:
-                values[name] = _field_value(path, env, fields[name], value)
+                values[name] = _field_value(path, env, name, fields[name], value)
         presets.append(Preset(algo, env, values, result, path))
     return presets
 
@@ -186,6 +187,8 @@ def result(algo: str, env: str) -> dict[str, Any] | None:
 
 def get(algo: str, env: str, **changes):
     """`ALGORITHMS[algo].Config` on `env` with the preset for (algo, env) applied, then `changes`."""
+    from jaxrl.algos import ALGORITHMS
+
     if algo not in ALGORITHMS:
         raise ValueError(f"algo={algo!r} is not one of {', '.join(ALGORITHMS)}.")
     return ALGORITHMS[algo].Config(env=env, **{**overrides(algo, env), **changes})
