@@ -146,14 +146,19 @@ def check_run_folder(args, new_dir: str | None) -> None:
 
 
 def check_run_flags(args) -> None:
-    """Refuses, in one line and before JAX starts, a count a new `jaxrl train` run is given out of its range
+    """Refuses, in one line and before JAX starts, a count a `jaxrl train` run is given out of its range
     (`jaxrl.run.options`: --seeds, --seed, --chunks, --checkpoint-every, --eval-every, --eval-episodes,
-    --seed-devices). A resume's settings are the folder's, and are checked once JAX has started."""
+    --seed-devices), and a resume given a setting its run does not have (`jaxrl.run.folder.check_resume`): a
+    resume's counts are its run's, with the --chunks, --checkpoint-every and --seed-devices given now."""
+    from jaxrl import catalog
     from jaxrl.run import folder, options
 
+    given = {k: getattr(args, k) for k in folder.RUN_DEFAULTS if getattr(args, k) is not None}
     if args.resume:
-        return
-    s = {**folder.RUN_DEFAULTS, **{k: getattr(args, k) for k in folder.RUN_DEFAULTS if getattr(args, k) is not None}}
+        fields = {name: getattr(args, name) for name, *_ in catalog.CATALOG[args.algo]["fields"] if hasattr(args, name)}
+        _, s = folder.check_resume(Path(args.resume), args.algo, {**fields, **given})
+    else:
+        s = {**folder.RUN_DEFAULTS, **given}
     seed_devices = 1 if args.seed_devices is None else args.seed_devices
     options.check_counts(s["seeds"], s["seed"], args.chunks, args.checkpoint_every, s["eval_every"], s["eval_episodes"],
                   seed_devices)  # fmt: skip

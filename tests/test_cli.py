@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxrl import cli
-from jaxrl.algos import ppo
+from jaxrl.algos import ALGORITHMS, ppo
 from jaxrl.plot import read_sweep
 from jaxrl.sweep import space
 
@@ -426,6 +426,46 @@ def test_a_run_count_out_of_its_range_is_refused_before_jax_starts():
         (["train", "ppo", "--checkpoint-every", "0"], "checkpoint_every=0: a number of chunks, >= 1"),
     ]
     refused_before_jax(cases)
+
+
+def test_a_resume_that_changes_its_run_or_a_count_is_refused_before_jax_starts(tmp_path):
+    """`jaxrl train --resume RUN` given a setting its run does not have (a Config field, a run setting), or a count
+    out of its range with the run's own counts (--chunks, --seed-devices against the run's seeds), is refused
+    before JAX starts, in the words the runner uses once it has."""
+    run = tmp_path / "run"
+    run.mkdir()
+    config = {"gamma": 0.99, "num_envs": 8}  # a config.json that predates the other fields: they take their defaults
+    (run / "config.json").write_text(json.dumps({"algo": "ppo", "config": config, "seeds": 2, "seed": 0}))
+    keeps = f"--resume {run} keeps the run's settings, but"
+    cases = [
+        (["train", "ppo", "--resume", run, "--gamma", "0.9"], f"{keeps} --gamma 0.9 (the run's: 0.99) differ"),
+        (["train", "ppo", "--resume", run, "--hidden-sizes", "32,32"], "--hidden-sizes [32, 32] (the run's: [64, 64])"),
+        (
+            ["train", "ppo", "--resume", run, "--seeds", "3", "--num-envs", "4"],
+            "--num-envs 4 (the run's: 8); --seeds 3 (the run's: 2) differ",
+        ),
+        (["train", "ppo", "--resume", run, "--eval-every", "2"], "--eval-every 2 (the run's: 0) differ"),
+        (["train", "ppo", "--resume", run, "--chunks", "0"], "num_chunks=0: a number of compiled chunks, >= 1."),
+        (["train", "ppo", "--resume", run, "--seed-devices", "3"], "seed_devices=3 is more than seeds=2"),
+    ]
+    refused_before_jax(cases)
+
+
+def test_a_resumes_settings_read_without_jax_are_the_configs(tmp_path):
+    """`folder.check_resume` reads a run's settings from config.json alone (the catalog's defaults for fields it
+    predates); they are the ones the Config it resumes holds, and the resume's settings, whatever fields the
+    file has."""
+    from jaxrl.algos.base import to_dict
+    from jaxrl.run import folder
+
+    for config in ({}, {"gamma": 0.9, "hidden_sizes": [32, 32]}, to_dict(ALGORITHMS["dqn"].Config(tau=0.5))):
+        (tmp_path / "config.json").write_text(json.dumps({"algo": "dqn", "config": config, "seeds": 3, "seed": 7}))
+        saved, stored = folder.check_resume(tmp_path, "dqn", {"seeds": 3, "gamma": config.get("gamma", 0.99)})
+        made, settings = folder.resume_settings(tmp_path, "dqn", {})
+        assert {k: stored[k] for k in to_dict(made)} == to_dict(made) and made == ALGORITHMS["dqn"].Config(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+        )
+        assert settings == {"seeds": 3, "seed": 7, "eval_every": 0, "eval_episodes": 16, "device_independent": False}
 
 
 def test_a_population_setting_is_refused_before_jax_starts():

@@ -1,7 +1,7 @@
 """The run folder: its name (`make_run_dir`), its one owner (`RunLock`, run.lock), claiming it for a new run or
 a resume, removing what a new run wrote when it stops before its first chunk, and reading it back (config.json:
 `read_run_folder`, `load_run_config`; the wall times of metrics.csv; the settings a resume keeps,
-`resume_settings`).
+`check_resume` and `resume_settings`).
 
 A run folder has one owner: `run.lock` (PID and host) while a run is live; a lock whose process is gone (same
 host) is stale and taken over. A new run never writes into a folder that holds a run (config.json,
@@ -9,7 +9,8 @@ metrics.csv, checkpoints/ or summary.json): it refuses with RunDirError, except 
 first checkpoint (`never_checkpointed`: nothing to resume), which a new run or a resume starts over.
 
 Importing this module starts no JAX, so the command line refuses a folder it cannot use (`check_new_run_dir`,
-`resumed_run`, `read_run_folder`) at once, before it starts JAX.
+`resumed_run`, `read_run_folder`), and a resume that changes the run's settings (`check_resume`), at once, before
+it starts JAX.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jaxrl.catalog import CATALOG
+from jaxrl.catalog import CATALOG, defaults
 from jaxrl.run.checkpoint_steps import latest_iteration
 
 
@@ -457,37 +458,37 @@ def resumed_run(run_dir: Path, algo_name: str) -> dict:
     return saved
 
 
-def resume_settings(run_dir: Path, algo_name: str, given: dict) -> tuple[Any, dict]:
-    """(Config, {seeds, seed, eval_every, eval_episodes, device_independent}) of resuming `run_dir` as an
-    `algo_name` run, from its config.json. `given`: the settings given for the resume ({Config field or
-    RUN_DEFAULTS name: value}); one with a value different from the run's is refused (naming each such flag).
-    Settings that change no number (RESUME_FREE: --chunks, --checkpoint-every, --no-progress, ...) are not
-    compared."""
-    from jaxrl.algos.base import to_dict
-
+def check_resume(run_dir: Path, algo_name: str, given: dict) -> tuple[dict, dict]:
+    """(config.json, the run's settings) of resuming `run_dir` as an `algo_name` run, read without JAX: the
+    settings by name as config.json holds them (every Config field, the catalog's default where config.json
+    predates the field; seeds, seed, eval_every, eval_episodes, device_independent). `given`: the settings given
+    for the resume ({Config field or RUN_DEFAULTS name: value}); one with a value different from the run's is
+    refused (naming each such flag). Settings that change no number (RESUME_FREE: --chunks, --checkpoint-every,
+    --no-progress, ...) are not compared."""
     run_dir = Path(run_dir)
     saved = resumed_run(run_dir, algo_name)
-    _, config, seeds, seed = load_run_config(run_dir, saved)
+    fields = {name: list(value) if isinstance(value, tuple) else value for name, value in defaults(algo_name).items()}
     stored_eval = saved.get("eval") or {"every": 0, "episodes": RUN_DEFAULTS["eval_episodes"]}
-    independent = saved.get("device_independent", False)
-    stored = {**to_dict(config), "seeds": seeds, "seed": seed, "eval_every": stored_eval["every"]}
-    stored["device_independent"] = independent
-    if stored_eval["every"]:
-        stored["eval_episodes"] = stored_eval["episodes"]
+    stored = {**fields, **{name: value for name, value in saved["config"].items() if name in fields}}
+    stored.update(seeds=saved["seeds"], seed=saved["seed"], eval_every=stored_eval["every"])
+    stored.update(eval_episodes=stored_eval["episodes"], device_independent=saved.get("device_independent", False))
+    compared = stored if stored_eval["every"] else {k: v for k, v in stored.items() if k != "eval_episodes"}
     changed = []
     for name, value in given.items():
         value = list(value) if isinstance(value, tuple) else value
-        if name in stored and stored[name] != value:
-            changed.append(f"{_flag(name)} {value} (the run's: {stored[name]})")
+        if name in compared and compared[name] != value:
+            changed.append(f"{_flag(name)} {value} (the run's: {compared[name]})")
     if changed:
         raise ValueError(
             f"--resume {run_dir} keeps the run's settings, but {'; '.join(changed)} differ: drop "
             f"{'it' if len(changed) == 1 else 'them'}, or start a new run with another --run-dir."
         )
-    return config, {
-        "seeds": seeds,
-        "seed": seed,
-        "eval_every": stored_eval["every"],
-        "eval_episodes": stored_eval["episodes"],
-        "device_independent": independent,
-    }
+    return saved, stored
+
+
+def resume_settings(run_dir: Path, algo_name: str, given: dict) -> tuple[Any, dict]:
+    """(Config, {seeds, seed, eval_every, eval_episodes, device_independent}) of resuming `run_dir` as an
+    `algo_name` run, from its config.json; refuses a `given` setting the run does not have (`check_resume`)."""
+    saved, stored = check_resume(run_dir, algo_name, given)
+    _, config, _, _ = load_run_config(Path(run_dir), saved)
+    return config, {name: stored[name] for name in RUN_DEFAULTS}
