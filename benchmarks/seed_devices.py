@@ -3,13 +3,16 @@ device, one XLA CPU device per core) against every seed on one device (`--device
 process.
 
     python -m benchmarks.seed_devices [--cases ppo_purejaxrl_8 ppo_4 dqn_4] [--rounds 2] [--tag epyc_avx2]
-        [--device-independent]
+        [--device-independent] [--processes]
 
 Cases: PPO at PureJaxRL's CartPole config (4 envs x 128 steps, 4 epochs x 4 minibatches) with 8 seeds, and with 5
 (on 2 devices padded to 6 with a copy of seed 0), and `jaxrl train ppo` and `jaxrl train dqn` at their defaults with
 4 seeds. With `--device-independent`, both layouts also run with `jaxrl train --device-independent` (compiled
 without XLA's algebraic simplifier): four layouts, and the table adds each layout's speed against its default
-program and whether the two layouts gave the same final return per seed. The layouts alternate, forward in even
+program and whether the two layouts gave the same final return per seed. With `--processes`, a third layout: the
+seeds split over 2 processes of one CPU device each (`--seed-devices 2 --coordinator ... --num-processes 2`, process
+0's summary.json; the two processes share the machine's cores as the 2 devices of one process do). The layouts
+alternate, forward in even
 rounds and backward in odd ones (ABBA). Each figure comes from the run's summary.json: env steps/s over all seeds
 (compile excluded), compile seconds (without the persistent compilation cache), the final return per seed and its
 mean over seeds, and the process's wall seconds from start to exit.
@@ -22,6 +25,7 @@ import argparse
 import datetime
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -41,28 +45,59 @@ CASES = {
     "ppo_4": "ppo --seeds 4",
     "dqn_4": "dqn --seeds 4",
 }
-SPLIT, ONE = "seeds split (auto)", "one device"
+SPLIT, ONE, PROCESSES = "seeds split (auto)", "one device", "seeds split over 2 processes"
 LAYOUTS = {SPLIT: "--devices auto", ONE: "--devices 1"}
 INDEPENDENT = " --device-independent"  # a layout's name and flags with the simplifier off
 
 
-def layouts(device_independent: bool) -> dict[str, str]:
-    """{layout: its `jaxrl train` flags}: split and one device, each also without the simplifier when asked."""
+def layouts(device_independent: bool, processes: bool = False) -> dict[str, str]:
+    """{layout: its `jaxrl train` flags}: split and one device (and split over 2 processes), each also without the
+    simplifier when asked."""
+    chosen = {**LAYOUTS, **({PROCESSES: "--seed-devices 2"} if processes else {})}
     if not device_independent:
-        return dict(LAYOUTS)
-    return {**LAYOUTS, **{name + INDEPENDENT: flags + INDEPENDENT for name, flags in LAYOUTS.items()}}
+        return chosen
+    return {**chosen, **{name + INDEPENDENT: flags + INDEPENDENT for name, flags in chosen.items()}}
 
 
-def train(case: str, flags: str, folder: Path) -> dict:
-    """One `jaxrl train` process of `case` with the layout's `flags`: its summary.json and wall seconds."""
+def is_split(layout: str) -> bool:
+    return layout.startswith((SPLIT, PROCESSES))
+
+
+def one_device_of(layout: str) -> str:
+    """The one-device layout a split `layout` is compared with (the same simplifier setting)."""
+    return ONE + INDEPENDENT if layout.endswith(INDEPENDENT) else ONE
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train(case: str, flags: str, folder: Path, processes: int = 1) -> dict:
+    """One `jaxrl train` of `case` with the layout's `flags` (over `processes` processes on this machine, one CPU
+    device each): process 0's summary.json and the wall seconds until every process exited."""
     run = folder / f"{case}-{time.monotonic_ns()}"
     argv = [sys.executable, "-m", "jaxrl.cli", "train", *CASES[case].split(), *flags.split()]
     start = time.perf_counter()
-    flags = ["--no-progress", "--compile-cache", "none", "--run-dir", str(run)]  # every run compiles cold
-    done = subprocess.run([*argv, *flags], capture_output=True, text=True)
+    argv += ["--no-progress", "--compile-cache", "none", "--run-dir", str(run)]  # every run compiles cold
+    if processes == 1:
+        done = [subprocess.run(argv, capture_output=True, text=True)]
+    else:
+        port, env = free_port(), {**os.environ, "JAX_PLATFORMS": "cpu"}
+        multi = ["--coordinator", f"127.0.0.1:{port}", "--num-processes", str(processes), "--process-id"]
+        procs = [
+            subprocess.Popen(
+                [*argv, *multi, str(i)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for i in range(processes)
+        ]
+        outputs = [p.communicate() for p in procs]  # each sets its process's returncode
+        done = [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(procs, outputs, strict=True)]
     wall = time.perf_counter() - start
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stderr[-2000:]}")
+    for finished in done:
+        if finished.returncode:
+            raise RuntimeError(f"{' '.join(finished.args)} failed:\n{finished.stderr[-2000:]}")
     summary = json.loads((run / "summary.json").read_text())
     return {
         "steps_per_second": summary["steps_per_second"],
@@ -81,15 +116,17 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tag", default="")
     parser.add_argument("--device-independent", action="store_true", help="also each layout without the simplifier")
+    parser.add_argument("--processes", action="store_true", help="also the seeds split over 2 processes")
     args = parser.parse_args(argv)
-    chosen = layouts(args.device_independent)
+    chosen = layouts(args.device_independent, args.processes)
     load_before = os.getloadavg()
     runs: dict[str, dict[str, list[dict]]] = {case: {layout: [] for layout in chosen} for case in args.cases}
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases:
             for round_ in range(args.rounds):
                 for layout in list(chosen)[:: 1 if round_ % 2 == 0 else -1]:
-                    runs[case][layout].append(train(case, chosen[layout], Path(tmp)))
+                    processes = 2 if layout.startswith(PROCESSES) else 1
+                    runs[case][layout].append(train(case, chosen[layout], Path(tmp), processes))
                     print(case, layout, runs[case][layout][-1], flush=True)
     record = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -120,7 +157,7 @@ def main(argv=None) -> None:
     for case, rows_of in runs.items():
         for layout, rows in rows_of.items():
             speeds = [r["steps_per_second"] for r in rows]
-            split = ratios(rows, rows_of[layout.replace(SPLIT, ONE)]) if layout.startswith(SPLIT) else ""
+            split = ratios(rows, rows_of[one_device_of(layout)]) if is_split(layout) else ""
             default = layout.removesuffix(INDEPENDENT)
             simplifier = ratios(rows, rows_of[default]) if layout != default else ""
             lines.append(
@@ -132,13 +169,14 @@ def main(argv=None) -> None:
             )
     lines.append("")
     for case, rows_of in runs.items():  # the final return of every seed, the same on both layouts or not
-        for layout in (n for n in rows_of if n.startswith(SPLIT)):
+        for layout in (n for n in rows_of if is_split(n)):
             same = all(
                 a["final_return_per_seed"] == b["final_return_per_seed"]
-                for a, b in zip(rows_of[layout], rows_of[layout.replace(SPLIT, ONE)], strict=True)
+                for a, b in zip(rows_of[layout], rows_of[one_device_of(layout)], strict=True)
             )
+            name = layout.removesuffix(INDEPENDENT)
             mode = "without the simplifier" if layout.endswith(INDEPENDENT) else "default program"
-            lines.append(f"- `{CASES[case]}`, {mode}: the same final return per seed on both layouts: {same}.")
+            lines.append(f"- `{CASES[case]}`, {mode}: the same final return per seed, {name} and one device: {same}.")
     text = "\n".join(lines) + "\n"
     (RESULTS / f"{name}.md").write_text(text)
     print(text)

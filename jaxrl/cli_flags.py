@@ -103,9 +103,10 @@ TRAIN_FLAGS = [
         " device when the algorithm is data-parallel, the count divides num_envs and, on a CPU, each device gets at"
         " least 256 of the seeds x num_envs environments; else 1 (over several processes: all; a resume may use"
         " another count)")),
-    ("--seed-devices", dict(type=number, default=None, metavar="N", help="split the seeds over N local devices,"
-        " whole seeds each (default: --devices auto's choice; copies of seed 0, dropped from the results, fill the"
-        " last device where N does not divide the seeds)")),
+    ("--seed-devices", dict(type=number, default=None, metavar="N", help="split the seeds over N devices, whole"
+        " seeds each (default: --devices auto's choice; copies of seed 0, dropped from the results, fill the last"
+        " device where N does not divide the seeds; over several processes a multiple of their count, the same"
+        " number of devices from each)")),
     ("--device-independent", dict(action="store_true", default=None, help="compile without XLA's algebraic"
         " simplifier, so that each seed's numbers are the same bits on one device and with the seeds split over"
         " several (a little slower; a resume keeps it)")),

@@ -306,6 +306,50 @@ def test_train_over_two_processes_writes_one_run_folder(tmp_path, cache):
     assert_trees_close(final_state(cut), final_state(two), rtol=0, atol=0)  # bit for bit, keys included
 
 
+@pytest.mark.extended
+def test_seeds_split_over_two_processes_equal_one_process_bit_for_bit(tmp_path, cache):
+    """`jaxrl train ... --seeds 3 --seed-devices 2 --device-independent` over 2 processes (1 CPU device each):
+    each process's device trains whole seeds (a copy of seed 0 pads process 1's), process 0 alone writes the run
+    folder, and its metrics and final state equal the same run in one process on 2 CPU devices bit for bit. A
+    copy cut back to its first checkpoint resumes over 2 processes to the same bits, and the checkpoint evaluates
+    on one process with one device."""
+    split = [*TRAIN, "--seeds", "3", "--seed-devices", "2", "--device-independent"]
+    two, single = tmp_path / "two", tmp_path / "single"
+    procs = launch(train_processes(*split, "--run-dir", str(two)), tmp_path, cache)
+    start = time.monotonic()
+    try:
+        cli(*split, "--run-dir", str(single), "--cpu-cores", "2", "--compile-cache", str(cache))
+    finally:
+        outputs = wait_all(procs, TIMEOUT_S - (time.monotonic() - start))
+    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"process {i}:\n{output[-3000:]}"
+    assert "on 2 devices, up to 2 seed(s) each" in outputs[0] and "process 1: done" in outputs[1]
+    assert json.loads((two / "summary.json").read_text())["seed_devices"] == 2
+    rows = metric_rows(two)
+    assert len(rows) == 3 * TRAIN_ITERATIONS
+    for got, want in zip(rows, metric_rows(single), strict=True):
+        assert {k: v for k, v in got.items() if k != "wall_s"} == {k: v for k, v in want.items() if k != "wall_s"}
+    assert_trees_close(final_state(two), final_state(single), rtol=0, atol=0)  # keys included
+
+    assert "deterministic" in cli("eval", str(two), "--episodes", "2")  # one process, one device
+
+    cut = tmp_path / "cut"
+    shutil.copytree(two, cut)
+    shutil.rmtree(cut / "checkpoints" / str(TRAIN_ITERATIONS))  # back to the checkpoint after chunk 1
+    procs = launch(train_processes("train", "ppo", "--resume", str(cut), "--seed-devices", "2"), tmp_path, cache)
+    outputs = wait_all(procs, TIMEOUT_S)
+    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"resume, process {i}:\n{output[-3000:]}"
+    for got, want in zip(metric_rows(cut), rows, strict=True):
+        assert {k: v for k, v in got.items() if k != "wall_s"} == {k: v for k, v in want.items() if k != "wall_s"}
+    assert_trees_close(final_state(cut), final_state(two), rtol=0, atol=0)
+
+    odd = [*TRAIN, "--seeds", "3", "--seed-devices", "3", "--run-dir", str(tmp_path / "odd")]
+    outputs = wait_all(launch(train_processes(*odd), tmp_path, cache), TIMEOUT_S)
+    for output in outputs:  # both refuse it, before compiling
+        assert "seed_devices=3: over 2 processes each process takes the same number" in output, output[-2000:]
+
+
 @pytest.mark.slow
 def test_train_over_two_processes_fails_together(tmp_path, cache):
     """A run folder that process 0 refuses (it holds a run): process 0 exits with its one-line error and

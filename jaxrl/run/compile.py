@@ -45,8 +45,15 @@ DEVICE_INDEPENDENT_OPTIONS = {"xla_disable_hlo_passes": "algsimp"}
 
 
 def seeds_mesh(count: int) -> Mesh:
-    """The 1-D mesh of the first `count` local devices over the seed axis: each device trains whole seeds."""
-    return Mesh(np.array(jax.local_devices()[:count]), (SEED_AXIS,))
+    """The 1-D mesh of `count` devices over the seed axis, each training whole seeds: the first `count` local
+    devices, or over several processes the first `count / processes` devices of each, process by process (so
+    process p holds the p-th block of the seeds)."""
+    processes = jax.process_count()
+    if processes == 1:
+        return Mesh(np.array(jax.local_devices()[:count]), (SEED_AXIS,))
+    each = count // processes
+    devices = [[d for d in jax.devices() if d.process_index == p][:each] for p in range(processes)]
+    return Mesh(np.array([d for block in devices for d in block]), (SEED_AXIS,))
 
 
 def seed_sharding(mesh: Mesh) -> NamedSharding:

@@ -121,9 +121,10 @@ class RunOptions:
     there), metrics.csv (and with `tensorboard` TensorBoard event files); `eval_every` / `eval_episodes`: the
     evaluation inside the chunks; `sinks`: more metric sinks; `target_return`: reported in summary.json;
     `name`: the algorithm's name (default its registered one); `devices`: the devices of each seed's one
-    data-parallel policy (a count, "all", a Mesh or a list of devices); `seed_devices`: the local devices the
-    seeds are split over, whole seeds each (at most `seeds`; copies of seed 0, dropped from every result, pad the
-    seeds to a multiple of it; 1: every seed on one device; one process, with `devices=1`); `device_independent`:
+    data-parallel policy (a count, "all", a Mesh or a list of devices); `seed_devices`: the devices the seeds
+    are split over, whole seeds each (at most `seeds`; copies of seed 0, dropped from every result, pad the seeds
+    to a multiple of it; 1: every seed on one device; with `devices=1`; over several processes, a multiple of
+    their count, the same number of devices from each); `device_independent`:
     compile without XLA's algebraic simplifier (`compile.DEVICE_INDEPENDENT_OPTIONS`), so that a seed's numbers are
     the same bits on one device and split over several, at some speed (config.json records it, and a resume keeps
     it). `progress`: the progress bar; `status`: when stderr is a terminal, status lines before it (compiling, then
@@ -178,7 +179,7 @@ def validate_run(algo: Algorithm, config, options: RunOptions | None = None, **f
     algo.validate(config)
     mesh, local = (None, config) if o.devices == 1 else base.data_parallel_config(config, o.devices)
     processes = jax.process_count()
-    if processes > 1 and len(parallel.resolve_devices(o.devices)) != len(jax.devices()):
+    if processes > 1 and o.seed_devices == 1 and len(parallel.resolve_devices(o.devices)) != len(jax.devices()):
         raise ValueError(
             f"devices={o.devices!r}: a run over {processes} processes trains one policy over every process's "
             "devices; use devices='all'."
@@ -224,13 +225,15 @@ def _seeds_mesh(o: RunOptions, mesh: Mesh | None) -> Mesh | None:
             f"seed_devices={o.seed_devices} with devices={o.devices!r}: split either the seeds (whole seeds per "
             "device) or each seed's envs (data parallelism) over the devices, not both."
         )
-    if jax.process_count() > 1:
-        raise ValueError(f"seed_devices={o.seed_devices}: seeds are split over the devices of one process only.")
-    if o.seed_devices > jax.local_device_count():
+    processes, local = jax.process_count(), jax.local_device_count()
+    if o.seed_devices % processes:
         raise ValueError(
-            f"seed_devices={o.seed_devices}: this process has {jax.local_device_count()} device(s) "
-            "(on a CPU, more with --cpu-cores)."
+            f"seed_devices={o.seed_devices}: over {processes} processes each process takes the same number of "
+            f"seed devices; choose a multiple of {processes}."
         )
+    if o.seed_devices // processes > local:
+        where = "this process has" if processes == 1 else f"over {processes} processes, each has"
+        raise ValueError(f"seed_devices={o.seed_devices}: {where} {local} device(s) (on a CPU, more with --cpu-cores).")
     return seeds_mesh(o.seed_devices)
 
 
@@ -255,9 +258,10 @@ def run(algo: Algorithm, config, options: RunOptions | None = None, **fields) ->
     policy trains data-parallel over them (`jaxrl.parallel`); the state is device-stacked (leaves [D, S, ...]),
     checkpoints restore on any device count, and the metrics are the global ones.
 
-    Over several processes (after `sweep.initialize_distributed` in each, `devices="all"`), every process calls
-    `run` alike and trains the same policy; process 0 alone writes the run folder, metrics, checkpoints,
-    summary and progress bar, and runs the `sinks` (`jaxrl.run.hosts`).
+    Over several processes (after `sweep.initialize_distributed` in each, `devices="all"` or `seed_devices=N`),
+    every process calls `run` alike and trains the same policies (each seed's over every device, or whole seeds
+    on each process's devices); process 0 alone writes the run folder, metrics, checkpoints, summary and progress
+    bar, and runs the `sinks` (`jaxrl.run.hosts`).
     """
     return execute(validate_run(algo, config, options, **fields))
 

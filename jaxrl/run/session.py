@@ -122,7 +122,7 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
     whole = chunk_plan(config.num_iterations, options.num_chunks, options.eval_every)  # the run's, not the resume's
     first_chunk, chunks = rest_of_plan(whole, done)
     if split is not None:  # where the compiled programs take them
-        keys, keys_eval = jax.device_put((keys, keys_eval), seed_sharding(split))
+        keys, keys_eval = _put_seeds((keys, keys_eval), split)
     initial, compiled = compile_programs(
         algo,
         config,
@@ -194,9 +194,16 @@ def _restore(algo: Algorithm, config, keys, checkpoints: Path, abstract_state, i
         placed = jax.device_put(checkpoint.unwrap_keys(state), NamedSharding(mesh, P(parallel.AXIS)))
         state = checkpoint.rewrap_keys(placed, abstract_state)
     elif seeds_mesh is not None:
-        padded = pad_seeds(hosts.to_host(checkpoint.unwrap_keys(state)), trained)
-        state = checkpoint.rewrap_keys(jax.device_put(padded, seed_sharding(seeds_mesh)), abstract_state)
+        state = _put_seeds(pad_seeds(state, trained), seeds_mesh, like=abstract_state)
     return done, state, metrics
+
+
+def _put_seeds(tree, mesh, like=None):
+    """`tree` (seeds on axis 0) split along its seeds over the seeds `mesh`, from its host values: over several
+    processes each gives the same values, and each device takes its own seeds. Its PRNG keys (or, where `tree`
+    holds their raw data, those of `like`) stay keys."""
+    on_host = hosts.to_host(checkpoint.unwrap_keys(tree))
+    return checkpoint.rewrap_keys(jax.device_put(on_host, seed_sharding(mesh)), tree if like is None else like)
 
 
 def _metrics_like(algo: Algorithm, config, abstract_state, mesh, done: int, evaluated: bool) -> dict:
