@@ -9,13 +9,13 @@ Cases: PPO at PureJaxRL's CartPole config (4 envs x 128 steps, 4 epochs x 4 mini
 (on 2 devices padded to 6 with a copy of seed 0), and `jaxrl train ppo` and `jaxrl train dqn` at their defaults with
 4 seeds. With `--device-independent`, both layouts also run with `jaxrl train --device-independent` (compiled
 without XLA's algebraic simplifier): four layouts, and the table adds each layout's speed against its default
-program and whether the two layouts gave the same final return per seed. With `--processes`, a third layout: the
-seeds split over 2 processes of one CPU device each (`--seed-devices 2 --coordinator ... --num-processes 2`, process
-0's summary.json; the two processes share the machine's cores as the 2 devices of one process do). The layouts
-alternate, forward in even
-rounds and backward in odd ones (ABBA). Each figure comes from the run's summary.json: env steps/s over all seeds
-(compile excluded), compile seconds (without the persistent compilation cache), the final return per seed and its
-mean over seeds, and the process's wall seconds from start to exit.
+program and whether the two layouts gave the same final return per seed. With `--processes`, two more layouts over
+2 processes of one CPU device each (`--coordinator ... --num-processes 2`; process 0's summary.json; the two
+processes share the machine's cores as the 2 devices of one process do): the seeds split (`--seed-devices 2`) and
+each seed's envs split (`--devices all`). The layouts alternate, forward in even rounds and backward in odd ones
+(ABBA). Each figure comes from the run's summary.json: env steps/s over all seeds (compile excluded), compile seconds
+(without the persistent compilation cache), the final return per seed and its mean over seeds, and the process's
+wall seconds from start to exit.
 Output: a table, and `benchmarks/results/seed_devices[_TAG].{json,md}` with the load average before and after.
 """
 
@@ -45,7 +45,8 @@ CASES = {
     "ppo_4": "ppo --seeds 4",
     "dqn_4": "dqn --seeds 4",
 }
-SPLIT, ONE, PROCESSES = "seeds split (auto)", "one device", "seeds split over 2 processes"
+SPLIT, ONE = "seeds split (auto)", "one device"
+PROCESSES, PROCESSES_ENVS = "seeds split over 2 processes", "envs split over 2 processes"
 LAYOUTS = {SPLIT: "--devices auto", ONE: "--devices 1"}
 INDEPENDENT = " --device-independent"  # a layout's name and flags with the simplifier off
 
@@ -53,14 +54,15 @@ INDEPENDENT = " --device-independent"  # a layout's name and flags with the simp
 def layouts(device_independent: bool, processes: bool = False) -> dict[str, str]:
     """{layout: its `jaxrl train` flags}: split and one device (and split over 2 processes), each also without the
     simplifier when asked."""
-    chosen = {**LAYOUTS, **({PROCESSES: "--seed-devices 2"} if processes else {})}
+    over_processes = {PROCESSES: "--seed-devices 2", PROCESSES_ENVS: "--devices all"}
+    chosen = {**LAYOUTS, **(over_processes if processes else {})}
     if not device_independent:
         return chosen
     return {**chosen, **{name + INDEPENDENT: flags + INDEPENDENT for name, flags in chosen.items()}}
 
 
 def is_split(layout: str) -> bool:
-    return layout.startswith((SPLIT, PROCESSES))
+    return layout.startswith((SPLIT, PROCESSES, PROCESSES_ENVS))
 
 
 def one_device_of(layout: str) -> str:
@@ -125,7 +127,7 @@ def main(argv=None) -> None:
         for case in args.cases:
             for round_ in range(args.rounds):
                 for layout in list(chosen)[:: 1 if round_ % 2 == 0 else -1]:
-                    processes = 2 if layout.startswith(PROCESSES) else 1
+                    processes = 2 if layout.startswith((PROCESSES, PROCESSES_ENVS)) else 1
                     runs[case][layout].append(train(case, chosen[layout], Path(tmp), processes))
                     print(case, layout, runs[case][layout][-1], flush=True)
     record = {
@@ -174,9 +176,11 @@ def main(argv=None) -> None:
                 a["final_return_per_seed"] == b["final_return_per_seed"]
                 for a, b in zip(rows_of[layout], rows_of[one_device_of(layout)], strict=True)
             )
-            name = layout.removesuffix(INDEPENDENT)
+            split_name = layout.removesuffix(INDEPENDENT)
             mode = "without the simplifier" if layout.endswith(INDEPENDENT) else "default program"
-            lines.append(f"- `{CASES[case]}`, {mode}: the same final return per seed, {name} and one device: {same}.")
+            lines.append(
+                f"- `{CASES[case]}`, {mode}: the same final return per seed, {split_name} and one device: {same}."
+            )
     text = "\n".join(lines) + "\n"
     (RESULTS / f"{name}.md").write_text(text)
     print(text)

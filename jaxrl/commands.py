@@ -199,11 +199,11 @@ def train_command(args) -> int:
     elif args.devices in (None, "auto"):
         from jaxrl.algos.base import auto_devices
 
-        if jax.process_count() > 1:
-            args.devices = "all"
+        seed_devices = loop.auto_seed_devices(settings["seeds"])
+        if seed_devices > 1:
+            args.devices = 1
         else:
-            seed_devices = loop.auto_seed_devices(settings["seeds"])
-            args.devices = 1 if seed_devices > 1 else auto_devices(config, settings["seeds"])
+            args.devices = "all" if jax.process_count() > 1 else auto_devices(config, settings["seeds"])
     flags = {k: getattr(args, k) for k in ("checkpoint_every", "devices", "tensorboard", "target_return")}
     flags.update(seed_devices=seed_devices)
     flags.update(num_chunks=args.chunks, progress=not (args.no_progress or args.quiet), status=not args.quiet)

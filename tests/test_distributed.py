@@ -261,14 +261,14 @@ def final_state(run_dir):
 
 @pytest.mark.extended
 def test_train_over_two_processes_writes_one_run_folder(tmp_path, cache):
-    """`jaxrl train ppo ... --coordinator --num-processes 2 --process-id i` (1 CPU device per process) trains
-    ONE policy: process 0 alone writes the run folder (one metrics row per seed and iteration, no lock left,
+    """`jaxrl train ppo ... --devices all --coordinator --num-processes 2 --process-id i` (1 CPU device per
+    process) trains each seed's ONE policy over both: process 0 alone writes the run folder (one metrics row per seed and iteration, no lock left,
     the summary printed once), and its metrics equal a single-process `--devices 2 --cpu-cores 2` run to rtol
     1e-5. Its 2-device checkpoint evaluates on one process with one device; a copy cut back to its first
     checkpoint resumes over 2 processes to the uninterrupted run bit for bit (metrics and state) and on one
     process (2 CPU devices) to it within rtol 1e-5."""
     two, single = tmp_path / "two", tmp_path / "single"
-    procs = launch(train_processes(*TRAIN, "--run-dir", str(two)), tmp_path, cache)
+    procs = launch(train_processes(*TRAIN, "--devices", "all", "--run-dir", str(two)), tmp_path, cache)
     start = time.monotonic()
     try:
         cli(*TRAIN, "--run-dir", str(single), "--devices", "2", "--cpu-cores", "2", "--compile-cache", str(cache))
@@ -293,7 +293,7 @@ def test_train_over_two_processes_writes_one_run_folder(tmp_path, cache):
     shutil.rmtree(cut / "checkpoints" / str(TRAIN_ITERATIONS))  # back to the checkpoint after chunk 1
     shutil.copytree(cut, cut_single)
     resume = ["train", "ppo", "--resume"]
-    procs = launch(train_processes(*resume, str(cut), "--no-progress"), tmp_path, cache)
+    procs = launch(train_processes(*resume, str(cut), "--no-progress", "--devices", "all"), tmp_path, cache)
     outputs = wait_all(procs, TIMEOUT_S)
     for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
         assert proc.returncode == 0, f"resume, process {i}:\n{output[-3000:]}"
@@ -308,17 +308,18 @@ def test_train_over_two_processes_writes_one_run_folder(tmp_path, cache):
 
 @pytest.mark.extended
 def test_seeds_split_over_two_processes_equal_one_process_bit_for_bit(tmp_path, cache):
-    """`jaxrl train ... --seeds 3 --seed-devices 2 --device-independent` over 2 processes (1 CPU device each):
-    each process's device trains whole seeds (a copy of seed 0 pads process 1's), process 0 alone writes the run
-    folder, and its metrics and final state equal the same run in one process on 2 CPU devices bit for bit. A
-    copy cut back to its first checkpoint resumes over 2 processes to the same bits, and the checkpoint evaluates
-    on one process with one device."""
-    split = [*TRAIN, "--seeds", "3", "--seed-devices", "2", "--device-independent"]
+    """`jaxrl train ... --seeds 3 --device-independent` over 2 processes (1 CPU device each): `--devices auto`
+    splits the seeds over both, each process's device training whole seeds (a copy of seed 0 pads process 1's).
+    Process 0 alone writes the run folder, and its metrics and final state equal the same run in one process on 2
+    CPU devices bit for bit. A copy cut back to its first checkpoint resumes over 2 processes to the same bits,
+    and the checkpoint evaluates on one process with one device. `--seed-devices 3` over 2 processes is
+    refused."""
+    split = [*TRAIN, "--seeds", "3", "--device-independent"]  # --devices auto: --seed-devices 2
     two, single = tmp_path / "two", tmp_path / "single"
     procs = launch(train_processes(*split, "--run-dir", str(two)), tmp_path, cache)
     start = time.monotonic()
     try:
-        cli(*split, "--run-dir", str(single), "--cpu-cores", "2", "--compile-cache", str(cache))
+        cli(*split, "--run-dir", str(single), "--seed-devices", "2", "--cpu-cores", "2", "--compile-cache", str(cache))
     finally:
         outputs = wait_all(procs, TIMEOUT_S - (time.monotonic() - start))
     for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
@@ -336,7 +337,7 @@ def test_seeds_split_over_two_processes_equal_one_process_bit_for_bit(tmp_path, 
     cut = tmp_path / "cut"
     shutil.copytree(two, cut)
     shutil.rmtree(cut / "checkpoints" / str(TRAIN_ITERATIONS))  # back to the checkpoint after chunk 1
-    procs = launch(train_processes("train", "ppo", "--resume", str(cut), "--seed-devices", "2"), tmp_path, cache)
+    procs = launch(train_processes("train", "ppo", "--resume", str(cut)), tmp_path, cache)
     outputs = wait_all(procs, TIMEOUT_S)
     for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
         assert proc.returncode == 0, f"resume, process {i}:\n{output[-3000:]}"

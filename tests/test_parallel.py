@@ -453,12 +453,20 @@ print("ok")
 
 
 @pytest.mark.parametrize(
-    ("seeds", "devices", "split"),
-    [(4, 2, 2), (3, 2, 2), (6, 4, 3), (5, 4, 3), (7, 4, 4), (2, 8, 2), (1, 8, 1), (8, 1, 1), (0, 2, 1), (-2, 2, 1)],
+    ("seeds", "devices", "processes", "split"),
+    [
+        *[(4, 2, 1, 2), (3, 2, 1, 2), (6, 4, 1, 3), (5, 4, 1, 3), (7, 4, 1, 4), (2, 8, 1, 2), (1, 8, 1, 1)],
+        *[(8, 1, 1, 1), (0, 2, 1, 1), (-2, 2, 1, 1)],
+        # over several processes (`devices` each): a multiple of their count, at most the seeds
+        *[(2, 1, 2, 2), (3, 1, 2, 2), (8, 1, 2, 2), (5, 2, 2, 4), (3, 4, 2, 2), (9, 2, 2, 4), (2, 1, 4, 1), (1, 2, 2, 1)],
+    ],
 )
-def test_auto_gives_the_fewest_seeds_a_device_with_the_fewest_copies(monkeypatch, seeds, devices, split):
+def test_auto_gives_the_fewest_seeds_a_device_with_the_fewest_copies(monkeypatch, seeds, devices, processes, split):
     monkeypatch.setattr(jax, "local_device_count", lambda: devices)
+    monkeypatch.setattr(jax, "process_count", lambda: processes)
     assert loop.auto_seed_devices(seeds) == split
+    if split > 1:
+        assert split % processes == 0 and split <= seeds and split <= devices * processes
 
 
 def test_a_seed_split_that_does_not_fit_is_refused_before_compiling():

@@ -208,11 +208,15 @@ def auto_seed_devices(seeds: int) -> int:
     """The devices `jaxrl train --devices auto` splits `seeds` over, whole seeds each (the seeds never talk to each
     other, so each device works alone): as many as give the fewest seeds a device, and of those the fewest devices,
     so that the fewest copies pad the seeds to a multiple of them (5 seeds on 4 devices: 3 devices of 2 seeds, one
-    copy); 1 with one seed, one device, or over several processes."""
-    if jax.process_count() > 1 or not isinstance(seeds, int) or seeds < 2:  # a bad count is refused by `run`
+    copy). Over several processes, the devices of every process count, and each gives the same number (a multiple
+    of the process count, at most `seeds`). 1 with one seed, or where the seeds are fewer than the processes."""
+    if not isinstance(seeds, int) or seeds < 2:  # a bad count is refused by `run`
         return 1
-    per_device = -(-seeds // jax.local_device_count())
-    return -(-seeds // per_device)
+    processes = jax.process_count()
+    per_device = -(-seeds // (jax.local_device_count() * processes))
+    count = -(-seeds // per_device)
+    count = min(-(-count // processes) * processes, seeds // processes * processes)
+    return count if count > 1 else 1
 
 
 def _seeds_mesh(o: RunOptions, mesh: Mesh | None) -> Mesh | None:
