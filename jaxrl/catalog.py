@@ -76,10 +76,11 @@ def build_env_ids(facts_of: list[str] | None = None) -> dict:
     """{"gymnax_version": the installed gymnax's, "gymnax": its environment ids, "own": the ids jaxrl registers
     itself (`jaxrl.envs.registered_ids` in a fresh process: the memory tasks), "facts": {id: [observation shape,
     discrete actions, time limit or null]} of each of them that can be made here (`jaxrl.algos.base.env_facts`), or
-    of `facts_of` when given}; imports gymnax, and JAX with it."""
+    of `facts_of` when given, "suites": {prefix: the package a `prefix:Name` id needs} (`jaxrl.envs.suites`)};
+    imports gymnax, and JAX with it."""
     from jaxrl import envs
     from jaxrl.algos.base import env_facts
-    from jaxrl.envs import gymnax
+    from jaxrl.envs import gymnax, suites
 
     ids, own = list(gymnax.ids()), envs.registered_ids()
     facts = {}
@@ -89,7 +90,8 @@ def build_env_ids(facts_of: list[str] | None = None) -> dict:
         except Exception:  # an env that cannot be made here (e.g. it needs a dataset): its rules wait for validate
             continue
         facts[env_id] = [list(made.observation_shape), made.discrete, made.time_limit]
-    return {"gymnax_version": gymnax_version(), "gymnax": ids, "own": own, "facts": facts}
+    packages = {prefix: suite.package for prefix, suite in suites.SUITES.items()}
+    return {"gymnax_version": gymnax_version(), "gymnax": ids, "own": own, "facts": facts, "suites": packages}
 
 
 def env_facts(env_id: str):
@@ -106,10 +108,15 @@ def env_facts(env_id: str):
 
 
 def check_env_id(env_id: str) -> None:
-    """Refuses a plain env id that is neither one of gymnax's nor one of jaxrl's own, in the words of
-    `jaxrl.envs.check_env_id`, without importing gymnax or JAX. It passes what it cannot judge from `ENV_IDS`: a
-    suite's id (`suite:Name`), and any id when the installed gymnax is not the version the ids were read from."""
-    if ":" in env_id or gymnax_version() != ENV_IDS["gymnax_version"]:
+    """Refuses a plain env id that is neither one of gymnax's nor one of jaxrl's own, and a suite's id
+    (`suite:Name`) of an unknown suite or of one whose package is not installed, in the words of
+    `jaxrl.envs.check_env_id`, without importing gymnax, the suite or JAX. It passes what it cannot judge from
+    `ENV_IDS`: a suite's names, and any plain id when the installed gymnax is not the version the ids were read
+    from."""
+    if ":" in env_id:
+        check_suite(env_id)
+        return
+    if gymnax_version() != ENV_IDS["gymnax_version"]:
         return
     registered, own = ENV_IDS["gymnax"], ENV_IDS["own"]
     if env_id in registered or env_id in own:
@@ -120,6 +127,27 @@ def check_env_id(env_id: str) -> None:
         f"env={env_id!r} is not a registered gymnax environment.{hint} Known ids: {', '.join(registered)}. "
         "Other suites take a prefix (e.g. 'navix:Navix-Empty-5x5-v0'); your own: jaxrl.envs.register."
     )
+
+
+def check_suite(env_id: str) -> None:
+    """Refuses `suite:Name` when jaxrl knows no such suite, or its package is not installed (found without
+    importing it), in the words of `jaxrl.envs.suites`; the name itself is checked once the suite is imported."""
+    import importlib.util
+
+    prefix = env_id.partition(":")[0]
+    packages = ENV_IDS["suites"]
+    if prefix not in packages:
+        known = ", ".join(f"{p}:" for p in packages)
+        raise ValueError(
+            f"env={env_id!r}: unknown suite prefix {prefix!r} (known: {known}); a plain id is a gymnax environment, "
+            "and ids of your own are added with jaxrl.envs.register."
+        )
+    package = packages[prefix]
+    if importlib.util.find_spec(package) is None:
+        raise ValueError(
+            f'{prefix} environments need the {prefix} extra: pip install "jaxrl[{prefix}]" (No module named '
+            f"{package!r})"
+        )
 
 
 def defaults(algo: str) -> dict:

@@ -194,8 +194,9 @@ def test_the_env_ids_match_the_environments_and_are_refused_in_their_words():
     sample = ["CartPole-v1", "Pendulum-v1", "Breakout-MinAtar", "MemoryChain-bsuite-L10", "DeepSea-bsuite",
               "popgym-RepeatPreviousEasy-v0"]  # fmt: skip
 
-    ids = ["CartPole-v0", "cartpole", "Nope", "MemoryChain-bsuite-L11", "popgym-CountRecallEasy-v1", "CartPole-v1",
-           "MemoryChain-bsuite-L20", "popgym-RepeatPreviousHard-v0", "Breakout-MinAtar", "navix:Nope"]  # fmt: skip
+    ids = ["CartPole-v0", "cartpole", "Nope", "MemoryChain-bsuite-L11", "popgym-CountRecallEasy-v1", "navx:Nope",
+           "CartPole-v1", "MemoryChain-bsuite-L20", "popgym-RepeatPreviousHard-v0", "Breakout-MinAtar",
+           "navix:Nope"]  # fmt: skip
     code = (
         "import json\n"
         "from jaxrl import catalog, envs\n"
@@ -217,11 +218,34 @@ def test_the_env_ids_match_the_environments_and_are_refused_in_their_words():
     assert len(catalog.ENV_IDS["facts"]) >= len(made["gymnax"]) + len(made["own"]) - 2  # a few need a dataset
     assert "CartPole-v1" in fresh["ids"]["gymnax"] and "MemoryChain-bsuite-L10" in fresh["ids"]["own"]
     for env_id, (early, late) in zip(ids, fresh["pairs"], strict=True):
-        if ":" in env_id:  # a suite's id: checked once its adapter is imported
-            assert early is None, env_id
+        if env_id.startswith("navix:"):  # a known, installed suite: its names are checked once it is imported
+            assert early is None and late is not None, env_id
         else:
             assert early == late, env_id
-    assert [early is None for early, _ in fresh["pairs"]] == [False] * 5 + [True] * 5
+    assert [early is None for early, _ in fresh["pairs"]] == [False] * 6 + [True] * 5
+
+
+def test_a_suite_unknown_or_not_installed_is_refused_before_jax_in_its_words(monkeypatch):
+    """`suite:Name` of a suite jaxrl does not know, or of one whose package is not installed (here navix's, named
+    as a package that does not exist), is refused without importing the suite, in the words of
+    `jaxrl.envs.suites` once it is imported; `env_ids.json` records the suites' packages as the table has them."""
+    from jaxrl import catalog
+    from jaxrl.envs import suites
+
+    assert catalog.ENV_IDS["suites"] == {prefix: suite.package for prefix, suite in suites.SUITES.items()}
+    monkeypatch.setitem(catalog.ENV_IDS["suites"], "navix", "navix_not_installed")
+    monkeypatch.setitem(suites.SUITES, "navix", suites.Suite("navix_not_installed", "navix:Navix-Empty-5x5-v0"))
+    for env_id, words in [("navix:Navix-Empty-5x5-v0", "need the navix extra"), ("navx:Foo", "unknown suite prefix")]:
+        early, late = (refusal_of(check, env_id) for check in (catalog.check_env_id, suites.check_id))
+        assert early == late and words in early, (early, late)
+
+
+def refusal_of(check, *args) -> str | None:
+    try:
+        check(*args)
+    except ValueError as error:
+        return str(error)
+    return None
 
 
 def test_an_algorithm_is_summed_up_in_a_whole_phrase():
@@ -375,6 +399,7 @@ def test_a_flag_value_its_field_refuses_is_refused_before_jax_starts():
         (["sweep", "ppo", "--random", "4", "--dist", "gamma=loguni:0.9:1"], "unknown distribution 'loguni'"),
         (["train", "ppo", "--env", "CartPole-v0"], "env='CartPole-v0' is not a registered gymnax environment."),
         (["sweep", "dqn", "--env", "cartpole"], "Did you mean 'CartPole-v1'?"),
+        (["train", "ppo", "--env", "navx:Navix-Empty-5x5-v0"], "unknown suite prefix 'navx' (known: navix:, craftax:"),
     ]
     refused_before_jax(cases)
 
