@@ -107,6 +107,15 @@ def _host(x):
     return np.asarray(x)
 
 
+def refusal(check, *args) -> str | None:
+    """The message of the ValueError `check(*args)` raises; None where it passes."""
+    try:
+        check(*args)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
 def assert_trees_close(actual, expected, rtol=1e-5, atol=1e-6):
     """Leaf-wise allclose of two pytrees (PRNG keys compared by their data), NaNs equal."""
     jax.tree.map(lambda a, e: np.testing.assert_allclose(_host(a), _host(e), rtol=rtol, atol=atol), actual, expected)

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import refusal
 from jaxrl import cli
 from jaxrl.algos import ALGORITHMS, ppo
 from jaxrl.plot import read_sweep
@@ -236,16 +237,8 @@ def test_a_suite_unknown_or_not_installed_is_refused_before_jax_in_its_words(mon
     monkeypatch.setitem(catalog.ENV_IDS["suites"], "navix", "navix_not_installed")
     monkeypatch.setitem(suites.SUITES, "navix", suites.Suite("navix_not_installed", "navix:Navix-Empty-5x5-v0"))
     for env_id, words in [("navix:Navix-Empty-5x5-v0", "need the navix extra"), ("navx:Foo", "unknown suite prefix")]:
-        early, late = (refusal_of(check, env_id) for check in (catalog.check_env_id, suites.check_id))
+        early, late = (refusal(check, env_id) for check in (catalog.check_env_id, suites.check_id))
         assert early == late and words in early, (early, late)
-
-
-def refusal_of(check, *args) -> str | None:
-    try:
-        check(*args)
-    except ValueError as error:
-        return str(error)
-    return None
 
 
 def test_an_algorithm_is_summed_up_in_a_whole_phrase():

@@ -8,6 +8,7 @@ import argparse
 
 import pytest
 
+from conftest import refusal
 from jaxrl import catalog, commands, config_rules, presets
 from jaxrl.algos import ALGORITHMS
 
@@ -41,14 +42,6 @@ CASES = [
     {"horizon": 0, "num_minibatches": 7},
     {"horizon": 0, "total_timesteps": 1000},
 ]
-
-
-def refusal(check, *args) -> str | None:
-    try:
-        check(*args)
-    except ValueError as error:
-        return str(error)
-    return None
 
 
 def test_every_algorithm_has_its_rules():

@@ -238,6 +238,20 @@ def train_processes(*flags: str, own=lambda i: []):
     return command
 
 
+def beside_one_process(flags: list[str], single: list[str], out, cache) -> list[str]:
+    """`jaxrl FLAGS` over 2 processes and, side by side, `jaxrl SINGLE` in one process of 2 CPU devices; the 2
+    processes' outputs, once all three exited 0 (or the test fails)."""
+    procs = launch(train_processes(*flags), out, cache)
+    start = time.monotonic()
+    try:
+        cli(*single, "--cpu-cores", "2", "--compile-cache", str(cache))
+    finally:
+        outputs = wait_all(procs, TIMEOUT_S - (time.monotonic() - start))
+    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"process {i}:\n{output[-3000:]}"
+    return outputs
+
+
 def metric_rows(run_dir) -> list[dict]:
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
     return sorted(rows, key=lambda r: (int(r["seed"]), int(r["iteration"])))
@@ -262,20 +276,14 @@ def final_state(run_dir):
 @pytest.mark.extended
 def test_train_over_two_processes_writes_one_run_folder(tmp_path, cache):
     """`jaxrl train ppo ... --devices all --coordinator --num-processes 2 --process-id i` (1 CPU device per
-    process) trains each seed's ONE policy over both: process 0 alone writes the run folder (one metrics row per seed and iteration, no lock left,
-    the summary printed once), and its metrics equal a single-process `--devices 2 --cpu-cores 2` run to rtol
-    1e-5. Its 2-device checkpoint evaluates on one process with one device; a copy cut back to its first
-    checkpoint resumes over 2 processes to the uninterrupted run bit for bit (metrics and state) and on one
-    process (2 CPU devices) to it within rtol 1e-5."""
+    process) trains each seed's ONE policy over both: process 0 alone writes the run folder (one metrics row per
+    seed and iteration, no lock left, the summary printed once), and its metrics equal a single-process `--devices
+    2 --cpu-cores 2` run to rtol 1e-5. Its 2-device checkpoint evaluates on one process with one device; a copy
+    cut back to its first checkpoint resumes over 2 processes to the uninterrupted run bit for bit (metrics and
+    state) and on one process (2 CPU devices) to it within rtol 1e-5."""
     two, single = tmp_path / "two", tmp_path / "single"
-    procs = launch(train_processes(*TRAIN, "--devices", "all", "--run-dir", str(two)), tmp_path, cache)
-    start = time.monotonic()
-    try:
-        cli(*TRAIN, "--run-dir", str(single), "--devices", "2", "--cpu-cores", "2", "--compile-cache", str(cache))
-    finally:
-        outputs = wait_all(procs, TIMEOUT_S - (time.monotonic() - start))
-    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
-        assert proc.returncode == 0, f"process {i}:\n{output[-3000:]}"
+    over_two = [*TRAIN, "--devices", "all", "--run-dir", str(two)]
+    outputs = beside_one_process(over_two, [*TRAIN, "--run-dir", str(single), "--devices", "2"], tmp_path, cache)
     assert "run folder" in outputs[0] and "run folder" not in outputs[1] and "process 1: done" in outputs[1]
     assert sorted(p.name for p in two.iterdir()) == ["checkpoints", "config.json", "metrics.csv", "summary.json"]
     assert json.loads((two / "summary.json").read_text())["seeds"] == 2
@@ -316,14 +324,8 @@ def test_seeds_split_over_two_processes_equal_one_process_bit_for_bit(tmp_path, 
     refused."""
     split = [*TRAIN, "--seeds", "3", "--device-independent"]  # --devices auto: --seed-devices 2
     two, single = tmp_path / "two", tmp_path / "single"
-    procs = launch(train_processes(*split, "--run-dir", str(two)), tmp_path, cache)
-    start = time.monotonic()
-    try:
-        cli(*split, "--run-dir", str(single), "--seed-devices", "2", "--cpu-cores", "2", "--compile-cache", str(cache))
-    finally:
-        outputs = wait_all(procs, TIMEOUT_S - (time.monotonic() - start))
-    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
-        assert proc.returncode == 0, f"process {i}:\n{output[-3000:]}"
+    one = [*split, "--run-dir", str(single), "--seed-devices", "2"]
+    outputs = beside_one_process([*split, "--run-dir", str(two)], one, tmp_path, cache)
     assert "on 2 devices, up to 2 seed(s) each" in outputs[0] and "process 1: done" in outputs[1]
     assert json.loads((two / "summary.json").read_text())["seed_devices"] == 2
     rows = metric_rows(two)

@@ -458,7 +458,8 @@ print("ok")
         *[(4, 2, 1, 2), (3, 2, 1, 2), (6, 4, 1, 3), (5, 4, 1, 3), (7, 4, 1, 4), (2, 8, 1, 2), (1, 8, 1, 1)],
         *[(8, 1, 1, 1), (0, 2, 1, 1), (-2, 2, 1, 1)],
         # over several processes (`devices` each): a multiple of their count, at most the seeds
-        *[(2, 1, 2, 2), (3, 1, 2, 2), (8, 1, 2, 2), (5, 2, 2, 4), (3, 4, 2, 2), (9, 2, 2, 4), (2, 1, 4, 1), (1, 2, 2, 1)],
+        *[(2, 1, 2, 2), (3, 1, 2, 2), (8, 1, 2, 2), (5, 2, 2, 4), (3, 4, 2, 2), (9, 2, 2, 4), (2, 1, 4, 1)],
+        (1, 2, 2, 1),
     ],
 )
 def test_auto_gives_the_fewest_seeds_a_device_with_the_fewest_copies(monkeypatch, seeds, devices, processes, split):
