@@ -70,6 +70,13 @@ def one_device_of(layout: str) -> str:
     return ONE + INDEPENDENT if layout.endswith(INDEPENDENT) else ONE
 
 
+def layout_devices(layout: str, run: dict) -> str:
+    """The devices a layout's run trained on, in words."""
+    if layout.startswith((PROCESSES, PROCESSES_ENVS)):
+        return "1 device each"
+    return f"{max(run['seed_devices'], run.get('devices', 1))} device(s)"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -107,6 +114,7 @@ def train(case: str, flags: str, folder: Path, processes: int = 1) -> dict:
         "final_return_mean": summary["final_return_mean"],
         "final_return_per_seed": summary["final_return_per_seed"],
         "seed_devices": summary.get("seed_devices", 1),
+        "devices": summary["devices"],  # each seed's data-parallel devices
         "wall_s": round(wall, 2),
     }
 
@@ -163,7 +171,7 @@ def main(argv=None) -> None:
             default = layout.removesuffix(INDEPENDENT)
             simplifier = ratios(rows, rows_of[default]) if layout != default else ""
             lines.append(
-                f"| `{CASES[case]}` | {layout} ({rows[0]['seed_devices']} device(s)) | "
+                f"| `{CASES[case]}` | {layout} ({layout_devices(layout, rows[0])}) | "
                 f"{min(speeds) / 1e3:.0f}k-{max(speeds) / 1e3:.0f}k | {split} | {simplifier} | "
                 f"{statistics.median(r['compile_s'] for r in rows):.1f} | "
                 f"{statistics.median(r['wall_s'] for r in rows):.1f} | "

@@ -124,11 +124,11 @@ class RunOptions:
     data-parallel policy (a count, "all", a Mesh or a list of devices); `seed_devices`: the devices the seeds
     are split over, whole seeds each (at most `seeds`; copies of seed 0, dropped from every result, pad the seeds
     to a multiple of it; 1: every seed on one device; with `devices=1`; over several processes, a multiple of
-    their count, the same number of devices from each); `device_independent`:
-    compile without XLA's algebraic simplifier (`compile.DEVICE_INDEPENDENT_OPTIONS`), so that a seed's numbers are
-    the same bits on one device and split over several, at some speed (config.json records it, and a resume keeps
-    it). `progress`: the progress bar; `status`: when stderr is a terminal, status lines before it (compiling, then
-    the compile seconds and whether the persistent compilation cache had the programs)."""
+    their count, the same number of devices from each); `device_independent`: compile without XLA's algebraic
+    simplifier (`compile.DEVICE_INDEPENDENT_OPTIONS`), so that a seed's numbers are the same bits on one device and
+    split over several, at some speed (config.json records it, and a resume keeps it). `progress`: the progress
+    bar; `status`: when stderr is a terminal, status lines before it (compiling, then the compile seconds and whether
+    the persistent compilation cache had the programs)."""
 
     seeds: int = 1
     seed: int = 0
