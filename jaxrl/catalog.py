@@ -64,20 +64,16 @@ def build() -> dict[str, dict]:
 
 def gymnax_version() -> str | None:
     """The installed gymnax's version, read from its metadata (gymnax is not imported); None when not installed."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("gymnax")
-    except PackageNotFoundError:
-        return None
+    return _version("gymnax")
 
 
 def build_env_ids(facts_of: list[str] | None = None) -> dict:
     """{"gymnax_version": the installed gymnax's, "gymnax": its environment ids, "own": the ids jaxrl registers
     itself (`jaxrl.envs.registered_ids` in a fresh process: the memory tasks), "facts": {id: [observation shape,
     discrete actions, time limit or null]} of each of them that can be made here (`jaxrl.algos.base.env_facts`), or
-    of `facts_of` when given, "suites": {prefix: the package a `prefix:Name` id needs} (`jaxrl.envs.suites`)};
-    imports gymnax, and JAX with it."""
+    of `facts_of` when given, "suites": {prefix: the package a `prefix:Name` id needs} (`jaxrl.envs.suites`),
+    "suite_ids": {prefix: {"distribution", "version", "ids"}} of each suite installed here: its distribution's name
+    and version, and the names its adapter knows}; imports gymnax, the installed suites, and JAX with them."""
     from jaxrl import envs
     from jaxrl.algos.base import env_facts
     from jaxrl.envs import gymnax, suites
@@ -91,7 +87,24 @@ def build_env_ids(facts_of: list[str] | None = None) -> dict:
             continue
         facts[env_id] = [list(made.observation_shape), made.discrete, made.time_limit]
     packages = {prefix: suite.package for prefix, suite in suites.SUITES.items()}
-    return {"gymnax_version": gymnax_version(), "gymnax": ids, "own": own, "facts": facts, "suites": packages}
+    from importlib.metadata import packages_distributions, version
+
+    distributions, suite_ids = packages_distributions(), {}
+    for prefix, package in packages.items():
+        try:
+            names = list(suites.adapter(prefix).ids())
+        except ImportError:  # not installed here: its names wait for its import
+            continue
+        distribution = distributions[package][0]
+        suite_ids[prefix] = {"distribution": distribution, "version": version(distribution), "ids": names}
+    return {
+        "gymnax_version": gymnax_version(),
+        "gymnax": ids,
+        "own": own,
+        "facts": facts,
+        "suites": packages,
+        "suite_ids": suite_ids,
+    }
 
 
 def env_facts(env_id: str):
@@ -130,11 +143,12 @@ def check_env_id(env_id: str) -> None:
 
 
 def check_suite(env_id: str) -> None:
-    """Refuses `suite:Name` when jaxrl knows no such suite, or its package is not installed (found without
-    importing it), in the words of `jaxrl.envs.suites`; the name itself is checked once the suite is imported."""
+    """Refuses `suite:Name` when jaxrl knows no such suite, its package is not installed (found without importing
+    it), or the suite has no such name (from the names `ENV_IDS` records, when the installed suite is the version
+    they were read from), in the words of `jaxrl.envs.suites`, without importing the suite."""
     import importlib.util
 
-    prefix = env_id.partition(":")[0]
+    prefix, _, name = env_id.partition(":")
     packages = ENV_IDS["suites"]
     if prefix not in packages:
         known = ", ".join(f"{p}:" for p in packages)
@@ -148,6 +162,23 @@ def check_suite(env_id: str) -> None:
             f'{prefix} environments need the {prefix} extra: pip install "jaxrl[{prefix}]" (No module named '
             f"{package!r})"
         )
+    recorded = ENV_IDS["suite_ids"].get(prefix)
+    if recorded is None or name in recorded["ids"] or _version(recorded["distribution"]) != recorded["version"]:
+        return
+    known = recorded["ids"]
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
+    hint = f" Did you mean {', '.join(repr(f'{prefix}:{c}') for c in close)}?" if close else ""
+    raise ValueError(f"env={env_id!r} is not a {prefix} environment.{hint} Known: {', '.join(known)}.")
+
+
+def _version(distribution: str) -> str | None:
+    """The installed version of `distribution` (read from its metadata, nothing imported); None when absent."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
 
 
 def defaults(algo: str) -> dict:

@@ -188,8 +188,9 @@ def test_the_env_ids_match_the_environments_and_are_refused_in_their_words():
     """The env ids the command line knows without JAX (`jaxrl/env_ids.json`) are gymnax's and jaxrl's own, as a fresh
     process registers them, for the installed gymnax, and the facts it records of a sample of them (observation
     shape, discrete actions, time limit) are the envs'; and before JAX (`jaxrl.catalog.check_env_id`) and after
-    (`jaxrl.envs.check_env_id`), in that fresh process, each id gets the same refusal, or none. For another gymnax
-    version the early check judges no id and leaves them all to `validate`."""
+    (`jaxrl.envs.check_env_id`), in that fresh process, each id gets the same refusal, or none; a suite's names are
+    those its adapter gives for the version recorded. For another gymnax version the early check judges no plain
+    id and leaves them all to `validate`; so for another version of a suite its names."""
     from jaxrl import catalog
 
     sample = ["CartPole-v1", "Pendulum-v1", "Breakout-MinAtar", "MemoryChain-bsuite-L10", "DeepSea-bsuite",
@@ -214,22 +215,28 @@ def test_the_env_ids_match_the_environments_and_are_refused_in_their_words():
         assert all(early is None for early, _ in fresh["pairs"])
         return
     recorded, made = dict(catalog.ENV_IDS), fresh["ids"]
-    facts = recorded.pop("facts")
+    facts, suite_ids, made_suite_ids = recorded.pop("facts"), recorded.pop("suite_ids"), made.pop("suite_ids")
     assert {id_: facts[id_] for id_ in sample} == made.pop("facts") and recorded == made
+    assert set(suite_ids) <= set(recorded["suites"]) and suite_ids["navix"]["ids"]
+    for prefix, entry in made_suite_ids.items():  # each installed suite of the recorded version: the same names
+        if entry["version"] == suite_ids.get(prefix, {}).get("version"):
+            assert entry == suite_ids[prefix], prefix
     assert len(catalog.ENV_IDS["facts"]) >= len(made["gymnax"]) + len(made["own"]) - 2  # a few need a dataset
     assert "CartPole-v1" in fresh["ids"]["gymnax"] and "MemoryChain-bsuite-L10" in fresh["ids"]["own"]
+    navix_recorded = made_suite_ids.get("navix", {}).get("version") == suite_ids["navix"]["version"]
     for env_id, (early, late) in zip(ids, fresh["pairs"], strict=True):
-        if env_id.startswith("navix:"):  # a known, installed suite: its names are checked once it is imported
+        if env_id.startswith("navix:") and not navix_recorded:  # its names wait for the suite's import
             assert early is None and late is not None, env_id
         else:
             assert early == late, env_id
-    assert [early is None for early, _ in fresh["pairs"]] == [False] * 6 + [True] * 5
+    assert [early is None for early, _ in fresh["pairs"]] == [False] * 6 + [True] * 4 + [not navix_recorded]
 
 
 def test_a_suite_unknown_or_not_installed_is_refused_before_jax_in_its_words(monkeypatch):
     """`suite:Name` of a suite jaxrl does not know, or of one whose package is not installed (here navix's, named
     as a package that does not exist), is refused without importing the suite, in the words of
-    `jaxrl.envs.suites` once it is imported; `env_ids.json` records the suites' packages as the table has them."""
+    `jaxrl.envs.suites` once it is imported; `env_ids.json` records the suites' packages as the table has them. A
+    name the suite lacks is refused from the recorded names only for the installed suite's recorded version."""
     from jaxrl import catalog
     from jaxrl.envs import suites
 
@@ -239,6 +246,11 @@ def test_a_suite_unknown_or_not_installed_is_refused_before_jax_in_its_words(mon
     for env_id, words in [("navix:Navix-Empty-5x5-v0", "need the navix extra"), ("navx:Foo", "unknown suite prefix")]:
         early, late = (refusal(check, env_id) for check in (catalog.check_env_id, suites.check_id))
         assert early == late and words in early, (early, late)
+    xland = catalog.ENV_IDS["suite_ids"]["xminigrid"]
+    if catalog._version(xland["distribution"]) == xland["version"]:
+        assert "is not a xminigrid environment" in refusal(catalog.check_env_id, "xminigrid:Nope")
+    monkeypatch.setitem(catalog.ENV_IDS["suite_ids"], "xminigrid", {**xland, "version": "0.0.0"})
+    assert refusal(catalog.check_env_id, "xminigrid:Nope") is None  # another version's names wait for its import
 
 
 def test_an_algorithm_is_summed_up_in_a_whole_phrase():
@@ -375,7 +387,8 @@ def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
 def test_a_flag_value_its_field_refuses_is_refused_before_jax_starts():
     """A Config flag whose value breaks its field's own rule (a range, an integer's minimum, a choice) is refused
     by train, sweep and pbt in the words `validate` uses, before JAX starts, and so is a sweep flag that names an
-    unknown or a static field, an unknown distribution, or a value (a distribution's bound) its field refuses."""
+    unknown or a static field, an unknown distribution, or a value (a distribution's bound) its field refuses; so
+    are an env id no installed environment has, and a suite name of the suite version recorded."""
     cases = [
         (["train", "ppo", "--learning-rate", "-1"], "Config.learning_rate: got -1.0, must be > 0.0."),
         (["train", "ppo", "--gamma", "1.5"], "Config.gamma: got 1.5, must be <= 1.0."),
@@ -394,6 +407,11 @@ def test_a_flag_value_its_field_refuses_is_refused_before_jax_starts():
         (["sweep", "dqn", "--env", "cartpole"], "Did you mean 'CartPole-v1'?"),
         (["train", "ppo", "--env", "navx:Navix-Empty-5x5-v0"], "unknown suite prefix 'navx' (known: navix:, craftax:"),
     ]
+    from jaxrl import catalog
+
+    playground = catalog.ENV_IDS["suite_ids"]["playground"]
+    if catalog._version(playground["distribution"]) == playground["version"]:  # its recorded names apply
+        cases.append((["train", "ppo", "--env", "playground:CartpoleBalanc"], "is not a playground environment."))
     refused_before_jax(cases)
 
 
