@@ -64,7 +64,7 @@ def build() -> dict[str, dict]:
 
 def gymnax_version() -> str | None:
     """The installed gymnax's version, read from its metadata (gymnax is not imported); None when not installed."""
-    return _version("gymnax")
+    return installed_version("gymnax")
 
 
 def build_env_ids(facts_of: list[str] | None = None) -> dict:
@@ -87,7 +87,7 @@ def build_env_ids(facts_of: list[str] | None = None) -> dict:
             continue
         facts[env_id] = [list(made.observation_shape), made.discrete, made.time_limit]
     packages = {prefix: suite.package for prefix, suite in suites.SUITES.items()}
-    from importlib.metadata import packages_distributions, version
+    from importlib.metadata import packages_distributions
 
     distributions, suite_ids = packages_distributions(), {}
     for prefix, package in packages.items():
@@ -96,7 +96,7 @@ def build_env_ids(facts_of: list[str] | None = None) -> dict:
         except ImportError:  # not installed here: its names wait for its import
             continue
         distribution = distributions[package][0]
-        suite_ids[prefix] = {"distribution": distribution, "version": version(distribution), "ids": names}
+        suite_ids[prefix] = {"distribution": distribution, "version": installed_version(distribution), "ids": names}
     return {
         "gymnax_version": gymnax_version(),
         "gymnax": ids,
@@ -163,7 +163,11 @@ def check_suite(env_id: str) -> None:
             f"{package!r})"
         )
     recorded = ENV_IDS["suite_ids"].get(prefix)
-    if recorded is None or name in recorded["ids"] or _version(recorded["distribution"]) != recorded["version"]:
+    if (
+        recorded is None
+        or name in recorded["ids"]
+        or installed_version(recorded["distribution"]) != recorded["version"]
+    ):
         return
     known = recorded["ids"]
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
@@ -171,7 +175,7 @@ def check_suite(env_id: str) -> None:
     raise ValueError(f"env={env_id!r} is not a {prefix} environment.{hint} Known: {', '.join(known)}.")
 
 
-def _version(distribution: str) -> str | None:
+def installed_version(distribution: str) -> str | None:
     """The installed version of `distribution` (read from its metadata, nothing imported); None when absent."""
     from importlib.metadata import PackageNotFoundError, version
 

@@ -150,18 +150,30 @@ def check_run_flags(args) -> None:
     (`jaxrl.run.options`: --seeds, --seed, --chunks, --checkpoint-every, --eval-every, --eval-episodes,
     --seed-devices), and a resume given a setting its run does not have (`jaxrl.run.folder.check_resume`): a
     resume's counts are its run's, with the --chunks, --checkpoint-every and --seed-devices given now."""
-    from jaxrl import catalog
     from jaxrl.run import folder, options
 
-    given = {k: getattr(args, k) for k in folder.RUN_DEFAULTS if getattr(args, k) is not None}
     if args.resume:
-        fields = {name: getattr(args, name) for name, *_ in catalog.CATALOG[args.algo]["fields"] if hasattr(args, name)}
-        _, s = folder.check_resume(Path(args.resume), args.algo, {**fields, **given})
+        _, s = folder.check_resume(Path(args.resume), args.algo, given_settings(args))
     else:
-        s = {**folder.RUN_DEFAULTS, **given}
+        s = {**folder.RUN_DEFAULTS, **run_flags(args)}
     seed_devices = 1 if args.seed_devices is None else args.seed_devices
     options.check_counts(s["seeds"], s["seed"], args.chunks, args.checkpoint_every, s["eval_every"], s["eval_episodes"],
                   seed_devices)  # fmt: skip
+
+
+def run_flags(args) -> dict:
+    """The run settings (`jaxrl.run.folder.RUN_DEFAULTS`: seeds, seed, evaluations, ...) the flags give."""
+    from jaxrl.run.folder import RUN_DEFAULTS
+
+    return {name: getattr(args, name) for name in RUN_DEFAULTS if getattr(args, name) is not None}
+
+
+def given_settings(args) -> dict:
+    """Every Config field and run setting the flags give, by name: what a resume compares with its run's."""
+    from jaxrl import catalog
+
+    fields = {name: getattr(args, name) for name, *_ in catalog.CATALOG[args.algo]["fields"] if hasattr(args, name)}
+    return {**fields, **run_flags(args)}
 
 
 def train_command(args) -> int:
@@ -186,12 +198,10 @@ def train_command(args) -> int:
     import jax
 
     lead = jax.process_index() == 0  # over several processes, process 0 alone writes and prints
-    run_flags = {k: getattr(args, k) for k in folder.RUN_DEFAULTS if getattr(args, k) is not None}
     if args.resume:
-        given = {f.name: getattr(args, f.name) for f in dataclasses.fields(module.Config) if hasattr(args, f.name)}
-        config, settings = folder.resume_settings(Path(args.resume), args.algo, {**given, **run_flags})
+        config, settings = folder.resume_settings(Path(args.resume), args.algo, given_settings(args))
     else:
-        config, settings = config_from_args(module.Config, args), {**folder.RUN_DEFAULTS, **run_flags}
+        config, settings = config_from_args(module.Config, args), {**folder.RUN_DEFAULTS, **run_flags(args)}
     seed_devices = 1  # the devices the seeds are split over, whole seeds each
     if args.seed_devices is not None:
         seed_devices = args.seed_devices

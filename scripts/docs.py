@@ -431,16 +431,13 @@ def cpu_threads() -> str:
     return text + notes("cpu_threads")
 
 
-def devices_in_words(layout: str, run: dict) -> str:
-    """The devices a `benchmarks.seed_devices` layout's run trained on."""
-    if "over 2 processes" in layout:
-        return "1 device each"
-    return f"{max(run['seed_devices'], run.get('devices', 1))} device(s)"
-
-
 def seed_devices() -> str:
     """`jaxrl train --seeds N` with the seeds split over the CPU devices against one device
     (`benchmarks.seed_devices`), by case."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.seed_devices import layout_devices  # the benchmark's own words for a layout's devices
+
     text = (
         "\n## Seeds split over the CPU devices\n\nScript: `python -m benchmarks.seed_devices`: whole `jaxrl train` "
         "processes, `--devices auto` (whole seeds on each of the CPU devices, one per core) against `--devices 1`, "
@@ -463,7 +460,7 @@ def seed_devices() -> str:
                 rows.append(
                     {
                         "command": f"`{data['cases'][case]}`",
-                        "layout": f"{layout}, {devices_in_words(layout, runs[0])}",
+                        "layout": f"{layout}, {layout_devices(layout, runs[0])}",
                         "speeds": sorted(r["steps_per_second"] for r in runs),
                         "ratios": ratios(runs, layouts[one]) if layout != one else [],
                         "simplifier": ratios(runs, layouts[default]) if layout != default else [],

@@ -247,7 +247,7 @@ def test_a_suite_unknown_or_not_installed_is_refused_before_jax_in_its_words(mon
         early, late = (refusal(check, env_id) for check in (catalog.check_env_id, suites.check_id))
         assert early == late and words in early, (early, late)
     xland = catalog.ENV_IDS["suite_ids"]["xminigrid"]
-    if catalog._version(xland["distribution"]) == xland["version"]:
+    if catalog.installed_version(xland["distribution"]) == xland["version"]:
         assert "is not a xminigrid environment" in refusal(catalog.check_env_id, "xminigrid:Nope")
     monkeypatch.setitem(catalog.ENV_IDS["suite_ids"], "xminigrid", {**xland, "version": "0.0.0"})
     assert refusal(catalog.check_env_id, "xminigrid:Nope") is None  # another version's names wait for its import
@@ -410,7 +410,7 @@ def test_a_flag_value_its_field_refuses_is_refused_before_jax_starts():
     from jaxrl import catalog
 
     playground = catalog.ENV_IDS["suite_ids"]["playground"]
-    if catalog._version(playground["distribution"]) == playground["version"]:  # its recorded names apply
+    if catalog.installed_version(playground["distribution"]) == playground["version"]:  # its recorded names apply
         cases.append((["train", "ppo", "--env", "playground:CartpoleBalanc"], "is not a playground environment."))
     refused_before_jax(cases)
 
