@@ -72,20 +72,26 @@ def build_env_ids(facts_of: list[str] | None = None) -> dict:
     itself (`jaxrl.envs.registered_ids` in a fresh process: the memory tasks), "facts": {id: [observation shape,
     discrete actions, time limit or null]} of each of them that can be made here (`jaxrl.algos.base.env_facts`), or
     of `facts_of` when given, "suites": {prefix: the package a `prefix:Name` id needs} (`jaxrl.envs.suites`),
-    "suite_ids": {prefix: {"distribution", "version", "ids"}} of each suite installed here: its distribution's name
-    and version, and the names its adapter knows}; imports gymnax, the installed suites, and JAX with them."""
+    "suite_ids": {prefix: {"distribution", "version", "ids", "facts"}} of each suite installed here: its
+    distribution's name and version, the names its adapter knows, and {name: facts} of each name that can be made
+    here (of those `facts_of` names as `prefix:Name`, when given)}; imports gymnax, the installed suites, and JAX with
+    them."""
     from jaxrl import envs
     from jaxrl.algos.base import env_facts
     from jaxrl.envs import gymnax, suites
 
+    def facts_of_each(env_ids: list[str]) -> dict:
+        facts = {}
+        for env_id in env_ids:
+            try:
+                made = env_facts(env_id)
+            except Exception:  # an env that cannot be made here (it needs a dataset or a download): its rules wait
+                continue  # for validate
+            facts[env_id] = [list(made.observation_shape), made.discrete, made.time_limit]
+        return facts
+
     ids, own = list(gymnax.ids()), envs.registered_ids()
-    facts = {}
-    for env_id in [*ids, *own] if facts_of is None else facts_of:
-        try:
-            made = env_facts(env_id)
-        except Exception:  # an env that cannot be made here (e.g. it needs a dataset): its rules wait for validate
-            continue
-        facts[env_id] = [list(made.observation_shape), made.discrete, made.time_limit]
+    facts = facts_of_each([*ids, *own] if facts_of is None else [i for i in facts_of if ":" not in i])
     packages = {prefix: suite.package for prefix, suite in suites.SUITES.items()}
     from importlib.metadata import packages_distributions
 
@@ -96,7 +102,14 @@ def build_env_ids(facts_of: list[str] | None = None) -> dict:
         except ImportError:  # not installed here: its names wait for its import
             continue
         distribution = distributions[package][0]
-        suite_ids[prefix] = {"distribution": distribution, "version": installed_version(distribution), "ids": names}
+        wanted = names if facts_of is None else [i.partition(":")[2] for i in facts_of if i.startswith(f"{prefix}:")]
+        suite_facts = facts_of_each([f"{prefix}:{name}" for name in wanted])
+        suite_ids[prefix] = {
+            "distribution": distribution,
+            "version": installed_version(distribution),
+            "ids": names,
+            "facts": {env_id.partition(":")[2]: made for env_id, made in suite_facts.items()},
+        }
     return {
         "gymnax_version": gymnax_version(),
         "gymnax": ids,
@@ -108,16 +121,28 @@ def build_env_ids(facts_of: list[str] | None = None) -> dict:
 
 
 def env_facts(env_id: str):
-    """The `jaxrl.config_rules.EnvFacts` that `ENV_IDS` records for a plain env id, without importing gymnax or
-    JAX; None for an id it cannot judge: a suite's, one it has no facts of, or any when the installed gymnax is not
-    the version the facts were read from."""
+    """The `jaxrl.config_rules.EnvFacts` that `ENV_IDS` records for `env_id`, without importing gymnax, the suite or
+    JAX; None for an id it cannot judge: one it has no facts of, a plain id when the installed gymnax is not the
+    version the facts were read from, a suite's id when the installed suite is not."""
     from jaxrl.config_rules import EnvFacts
 
-    facts = ENV_IDS.get("facts", {}).get(env_id)
-    if ":" in env_id or facts is None or gymnax_version() != ENV_IDS["gymnax_version"]:
+    prefix, _, name = env_id.partition(":") if ":" in env_id else ("", "", env_id)
+    recorded = ENV_IDS["suite_ids"].get(prefix, {}).get("facts", {}) if prefix else ENV_IDS["facts"]
+    facts = recorded.get(name)
+    if facts is None or not recorded_version_installed(env_id):
         return None
     shape, discrete, limit = facts
     return EnvFacts(tuple(shape), discrete, limit)
+
+
+def recorded_version_installed(env_id: str) -> bool:
+    """Whether the package `env_id` comes from (gymnax for a plain id, the suite's distribution for `suite:Name`)
+    is installed at the version `ENV_IDS` was read from, so that what it records of the id holds here."""
+    prefix = env_id.partition(":")[0] if ":" in env_id else None
+    if prefix is None:
+        return gymnax_version() == ENV_IDS["gymnax_version"]
+    recorded = ENV_IDS["suite_ids"].get(prefix)
+    return recorded is not None and installed_version(recorded["distribution"]) == recorded["version"]
 
 
 def check_env_id(env_id: str) -> None:
@@ -129,7 +154,7 @@ def check_env_id(env_id: str) -> None:
     if ":" in env_id:
         check_suite(env_id)
         return
-    if gymnax_version() != ENV_IDS["gymnax_version"]:
+    if not recorded_version_installed(env_id):
         return
     registered, own = ENV_IDS["gymnax"], ENV_IDS["own"]
     if env_id in registered or env_id in own:
@@ -162,14 +187,9 @@ def check_suite(env_id: str) -> None:
             f'{prefix} environments need the {prefix} extra: pip install "jaxrl[{prefix}]" (No module named '
             f"{package!r})"
         )
-    recorded = ENV_IDS["suite_ids"].get(prefix)
-    if (
-        recorded is None
-        or name in recorded["ids"]
-        or installed_version(recorded["distribution"]) != recorded["version"]
-    ):
+    if name in ENV_IDS["suite_ids"].get(prefix, {}).get("ids", ()) or not recorded_version_installed(env_id):
         return
-    known = recorded["ids"]
+    known = ENV_IDS["suite_ids"][prefix]["ids"]
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
     hint = f" Did you mean {', '.join(repr(f'{prefix}:{c}') for c in close)}?" if close else ""
     raise ValueError(f"env={env_id!r} is not a {prefix} environment.{hint} Known: {', '.join(known)}.")

@@ -102,7 +102,8 @@ def check_config_flags(args) -> None:
 def env_facts(env_id: str):
     """The `jaxrl.config_rules.EnvFacts` of `env_id`: those `jaxrl/env_ids.json` records (`catalog.env_facts`),
     or, once JAX and the envs are imported (an `--env-module`, or a call from Python), the env's own; None where
-    neither judges it (a suite's id before JAX, an id that is not registered)."""
+    neither judges it (before JAX, an id the file has no facts of for the installed version; an id that is not
+    registered)."""
     from jaxrl import catalog
 
     if "jaxrl.envs" not in sys.modules:

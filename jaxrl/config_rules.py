@@ -7,8 +7,9 @@ The rules import nothing of JAX: they read a Config's fields as attributes and t
 observation shape, whether its actions are discrete, its time limit). Each algorithm's `validate` checks its Config
 with its entry in `BY_ALGORITHM` once JAX has started, with the facts of the env it makes; `jaxrl train`, `sweep`
 and `pbt` check the values their flags give (`Values`) with the same entry before it starts, with the facts
-`jaxrl/env_ids.json` records (none for a suite's env or one an `--env-module` registers: those rules wait for
-`validate`). So a refusal reads the same either way.
+`jaxrl/env_ids.json` records (gymnax's, jaxrl's own, and each suite's for the suite version recorded; none for an
+env an `--env-module` registers, or one that needs a download: those rules wait for `validate`). So a refusal reads
+the same either way.
 """
 
 from __future__ import annotations

@@ -189,12 +189,14 @@ def test_the_env_ids_match_the_environments_and_are_refused_in_their_words():
     process registers them, for the installed gymnax, and the facts it records of a sample of them (observation
     shape, discrete actions, time limit) are the envs'; and before JAX (`jaxrl.catalog.check_env_id`) and after
     (`jaxrl.envs.check_env_id`), in that fresh process, each id gets the same refusal, or none; a suite's names are
-    those its adapter gives for the version recorded. For another gymnax version the early check judges no plain
-    id and leaves them all to `validate`; so for another version of a suite its names."""
+    those its adapter gives for the version recorded, with the facts of a sample of its envs. For another gymnax
+    version the early check judges no plain id and leaves them all to `validate`; so for another version of a suite
+    its names."""
     from jaxrl import catalog
 
     sample = ["CartPole-v1", "Pendulum-v1", "Breakout-MinAtar", "MemoryChain-bsuite-L10", "DeepSea-bsuite",
-              "popgym-RepeatPreviousEasy-v0"]  # fmt: skip
+              "popgym-RepeatPreviousEasy-v0", "navix:Navix-Empty-5x5-v0", "xminigrid:MiniGrid-Empty-5x5",
+              "brax:inverted_pendulum"]  # fmt: skip
 
     ids = ["CartPole-v0", "cartpole", "Nope", "MemoryChain-bsuite-L11", "popgym-CountRecallEasy-v1", "navx:Nope",
            "CartPole-v1", "MemoryChain-bsuite-L20", "popgym-RepeatPreviousHard-v0", "Breakout-MinAtar",
@@ -216,11 +218,14 @@ def test_the_env_ids_match_the_environments_and_are_refused_in_their_words():
         return
     recorded, made = dict(catalog.ENV_IDS), fresh["ids"]
     facts, suite_ids, made_suite_ids = recorded.pop("facts"), recorded.pop("suite_ids"), made.pop("suite_ids")
-    assert {id_: facts[id_] for id_ in sample} == made.pop("facts") and recorded == made
+    assert {id_: facts[id_] for id_ in sample if ":" not in id_} == made.pop("facts") and recorded == made
     assert set(suite_ids) <= set(recorded["suites"]) and suite_ids["navix"]["ids"]
-    for prefix, entry in made_suite_ids.items():  # each installed suite of the recorded version: the same names
-        if entry["version"] == suite_ids.get(prefix, {}).get("version"):
-            assert entry == suite_ids[prefix], prefix
+    for prefix, entry in made_suite_ids.items():  # each installed suite of the recorded version: the same names,
+        if entry["version"] == suite_ids.get(prefix, {}).get("version"):  # and the sample's facts
+            made_facts, recorded_entry = entry.pop("facts"), dict(suite_ids[prefix])
+            recorded_facts = recorded_entry.pop("facts")
+            assert {name: recorded_facts[name] for name in made_facts} == made_facts, prefix
+            assert entry == recorded_entry and len(made_facts) == sum(i.startswith(f"{prefix}:") for i in sample)
     assert len(catalog.ENV_IDS["facts"]) >= len(made["gymnax"]) + len(made["own"]) - 2  # a few need a dataset
     assert "CartPole-v1" in fresh["ids"]["gymnax"] and "MemoryChain-bsuite-L10" in fresh["ids"]["own"]
     navix_recorded = made_suite_ids.get("navix", {}).get("version") == suite_ids["navix"]["version"]
@@ -420,7 +425,7 @@ def test_fields_that_break_their_algorithm_rules_together_are_refused_before_jax
     the batch, a buffer that is not a multiple of the envs, a GTrXL width its heads do not divide, a run shorter
     than an iteration, an image torso on CartPole, a Q-learner on continuous actions, a GRPO horizon that is the
     env's time limit) are refused by train, sweep and pbt before JAX starts, in the words of the algorithm's
-    `validate`."""
+    `validate`; a suite's env's too."""
     cases = [
         (["train", "ppo", "--num-minibatches", "7"], "Config.num_minibatches: 7 does not divide the batch num_envs"),
         (["train", "dqn", "--num-envs", "8", "--buffer-size", "100"], "Config.buffer_size: 100 is not a multiple"),
@@ -433,6 +438,14 @@ def test_fields_that_break_their_algorithm_rules_together_are_refused_before_jax
         (["sweep", "td3", "--env", "CartPole-v1"], "Config.env: CartPole-v1 has discrete actions; TD3 needs"),
         (["train", "grpo", "--num-minibatches", "7"], "does not divide the batch num_groups * group_size * horizon"),
     ]
+    from jaxrl import catalog
+
+    suite_cases = [  # a suite's env, from the facts recorded for its installed version
+        (["train", "dqn", "--env", "brax:ant"], "Config.env: brax:ant has continuous actions; DQN needs"),
+        (["sweep", "ppo", "--env", "jumanji:Snake-v1", "--torso", "cnn"], "jumanji:Snake-v1 has shape (725,)"),
+        (["pbt", "grpo", "--env", "navix:Navix-Empty-5x5-v0", "--num-minibatches", "7"], "group_size * horizon = 3200"),
+    ]
+    cases += [case for case in suite_cases if catalog.recorded_version_installed(case[0][3])]
     refused_before_jax(cases)
 
 

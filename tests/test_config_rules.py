@@ -1,6 +1,6 @@
 """The rules a Config keeps across its fields and with its env (`jaxrl.config_rules`), checked before JAX starts on
-the values the command line's flags give and the env facts `jaxrl/env_ids.json` records, refuse what each
-algorithm's `validate` refuses, in its words, and pass what it passes."""
+the values the command line's flags give and the env facts `jaxrl/env_ids.json` records (a suite's env's too),
+refuse what each algorithm's `validate` refuses, in its words, and pass what it passes."""
 
 from __future__ import annotations
 
@@ -41,6 +41,9 @@ CASES = [
     {"expected": True, "env": "Pendulum-v1"},
     {"horizon": 0, "num_minibatches": 7},
     {"horizon": 0, "total_timesteps": 1000},
+    {"env": "navix:Navix-Empty-5x5-v0", "torso": "cnn"},
+    {"env": "xminigrid:MiniGrid-Empty-5x5", "horizon": 0, "num_minibatches": 7},
+    {"env": "brax:inverted_pendulum"},
 ]
 
 
@@ -48,9 +51,9 @@ def test_every_algorithm_has_its_rules():
     assert set(config_rules.BY_ALGORITHM) == set(ALGORITHMS) == set(catalog.CATALOG)
 
 
-def test_without_the_envs_facts_its_rules_wait_for_validate():
-    """A suite's env, one an --env-module registers, or a recorded id under another gymnax version: no facts, so
-    the torso, the action space and a horizon of 0 pass before JAX."""
+def test_without_the_envs_facts_its_rules_wait_for_validate(monkeypatch):
+    """An env an --env-module registers, or a recorded id under another version of gymnax or of its suite than the
+    one recorded: no facts, so the torso, the action space and a horizon of 0 pass before JAX."""
     ppo = {**commands.config_values("ppo", argparse.Namespace()), "torso": "cnn"}
     config_rules.check_values("ppo", ppo, None)
     with pytest.raises(ValueError, match=r"^Config\.torso: 'cnn' needs image observations"):
@@ -58,7 +61,11 @@ def test_without_the_envs_facts_its_rules_wait_for_validate():
     grpo = {**commands.config_values("grpo", argparse.Namespace()), "num_minibatches": 7}
     config_rules.check_values("grpo", grpo, None)
     assert config_rules.num_iterations(grpo, None) is None
-    assert catalog.env_facts("navix:Navix-Empty-5x5-v0") is None and catalog.env_facts("mine:Task") is None
+    assert catalog.env_facts("mine:Task") is None and catalog.env_facts("MyTask-v0") is None
+    navix = catalog.ENV_IDS["suite_ids"]["navix"]
+    monkeypatch.setitem(catalog.ENV_IDS["suite_ids"], "navix", {**navix, "version": "0.0.0"})
+    monkeypatch.setitem(catalog.ENV_IDS, "gymnax_version", "0.0.0")
+    assert catalog.env_facts("navix:Navix-Empty-5x5-v0") is None and catalog.env_facts("CartPole-v1") is None
 
 
 def test_the_gtrxl_heads_are_the_cores():
@@ -80,10 +87,10 @@ def test_the_rules_before_jax_refuse_what_validate_refuses_in_its_words(algo):
             continue
         values = commands.config_values(algo, argparse.Namespace(**case))
         env = catalog.env_facts(values["env"])
-        assert env is not None or catalog.gymnax_version() != catalog.ENV_IDS["gymnax_version"], values["env"]
+        assert env is not None or not catalog.recorded_version_installed(values["env"]), values["env"]
         early = refusal(config_rules.check_values, algo, values, env)
         late = refusal(module.validate, module.Config(**case))
-        if env is None:  # another gymnax version: the env's rules wait for validate
+        if env is None:  # another version of gymnax or the suite: the env's rules wait for validate
             assert early in (None, late), (algo, case)
             continue
         assert early == late, (algo, case)

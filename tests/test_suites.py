@@ -251,6 +251,30 @@ def test_xminigrid_benchmark_ruleset_not_on_disk_is_one_line(monkeypatch, tmp_pa
         envs.make("xminigrid:XLand-MiniGrid-R1-9x9", 2, ruleset="no-such-benchmark/0")
 
 
+def test_an_env_whose_files_cannot_be_fetched_is_one_line(monkeypatch):
+    """An env whose suite fetches files on first use (Playground's robots clone MuJoCo Menagerie with git,
+    Jumanji's Sokoban downloads its levels) is refused offline in one line that names the env and the fetch, an
+    OSError (exit 2 on the command line), not the suite's own exception."""
+    import subprocess
+
+    for prefix, owner, attribute, name, failure in [
+        ("playground", "registry", "load", "Go1Getup", subprocess.CalledProcessError(128, ["git", "clone"])),
+        ("jumanji", None, "make", "Sokoban-v0", FileNotFoundError("cannot find the requested files")),
+    ]:
+        package = pytest.importorskip(suites.SUITES[prefix].package)
+        suite = getattr(package, owner) if owner else package
+
+        def fail(*args, error=failure, **kwargs):
+            raise error
+
+        monkeypatch.setattr(suite, attribute, fail)
+        with pytest.raises(OSError) as error:
+            envs.make(f"{prefix}:{name}", 2)
+        message = str(error.value)
+        assert message.startswith(f"{prefix}:{name} needs ") and "\n" not in message, message
+        assert "run it once with the network reachable" in message and error.value.__cause__ is failure
+
+
 @pytest.mark.extended
 def test_ppo_learns_xminigrid_empty():
     """PPO defaults (16 envs x 64 steps, MLP over the [7, 7, 2] view) on MiniGrid-Empty-6x6 (limit 144): 100k

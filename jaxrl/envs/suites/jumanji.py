@@ -16,6 +16,8 @@
   never choose a masked action (`jaxrl.networks.heads`). `info["action_mask"]` [N, A] (bool) is the same mask
   of the returned observation (after any auto-reset).
 - Keywords: the environment's constructor arguments (`jumanji.make(name, **kwargs)`, e.g. `time_limit=500`).
+- Files: some environments (Sokoban's level sets) download files on first use; offline, such an env is refused in
+  one line.
 - Rendering: `renderer` draws with the environment's own Matplotlib viewer (`jumanji.viewer.MatplotlibViewer`)
   in its `rgb_array` mode, off screen.
 """
@@ -61,7 +63,13 @@ def mask_last(observation) -> jax.Array:
 
 def make(name: str, num_envs: int, **kwargs) -> AutoResetVecEnv:
     with jax.ensure_compile_time_eval():  # Jumanji's specs check concrete values: build them eagerly under jit too
-        env = jumanji.make(name, **kwargs)
+        try:
+            env = jumanji.make(name, **kwargs)
+        except OSError as error:  # a level set (Sokoban's) downloaded from the Hugging Face Hub on first use
+            raise OSError(
+                f"{PREFIX}:{name} needs files jumanji downloads on first use, and the download failed "
+                f"({str(error).rstrip('.')}); run it once with the network reachable."
+            ) from error
         action_spec = env.action_spec
         mask = action_mask(env.observation_spec.generate_value())
 

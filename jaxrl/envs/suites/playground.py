@@ -11,6 +11,8 @@
 - Keywords: `impl` (the MJX implementation; default "jax", which runs on any backend: Playground's own default
   for some environments is "warp", which needs a GPU), `episode_length` and `action_repeat` (default: the
   environment's config), and any other field of the environment's config (`config_overrides`).
+- Files: the robots' environments load MuJoCo Menagerie's models, which mujoco_playground clones with git on first
+  use; offline, such an env is refused in one line.
 - Rendering: `episode_renderer` draws an episode's states with the environment's own `render` (MuJoCo's
   renderer on each state's `data`), off screen where MuJoCo's OpenGL backend allows it (`MUJOCO_GL=egl` or
   `osmesa`).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
 
 import numpy as np
 from mujoco_playground import registry
@@ -41,7 +44,13 @@ def make(name: str, num_envs: int, impl: str = "jax", **overrides):
         overrides["impl"] = impl
 
     def load(**_):
-        return registry.load(name, config_overrides=overrides)
+        try:
+            return registry.load(name, config_overrides=overrides)
+        except subprocess.CalledProcessError as error:  # the robots' models, cloned on first use
+            raise OSError(
+                f"{PREFIX}:{name} needs MuJoCo Menagerie's robot models, which mujoco_playground clones with git on "
+                f"first use, and the clone failed ({str(error).rstrip('.')}); run it once with the network reachable."
+            ) from error
 
     env, bounds = brax_adapter.episode_env(load, episode_length, action_repeat)
     return brax_adapter.adapter(f"{PREFIX}:{name}", env, bounds, num_envs, episode_length, action_repeat)
