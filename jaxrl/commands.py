@@ -156,10 +156,26 @@ def check_run_flags(args) -> None:
     if args.resume:
         _, s = folder.check_resume(Path(args.resume), args.algo, given_settings(args))
     else:
-        s = {**folder.RUN_DEFAULTS, **run_flags(args)}
+        s = {**folder.RUN_DEFAULTS, **run_flags(args), **config_values(args.algo, args)}
     seed_devices = 1 if args.seed_devices is None else args.seed_devices
     options.check_counts(s["seeds"], s["seed"], args.chunks, args.checkpoint_every, s["eval_every"], s["eval_episodes"],
                   seed_devices)  # fmt: skip
+    check_device_flags(args, s)
+
+
+def check_device_flags(args, values: dict) -> None:
+    """Refuses, before JAX starts, the --devices and --seed-devices of one `jaxrl train` process whose only
+    backend is the CPU (`jaxrl.device_rules.expected_cpu_devices`: --cpu-cores, else one device per core) in the
+    runner's words: more devices than the process has, a batch (`values`: the Config's fields) the devices do not
+    divide, a seed split beside a data-parallel one or over more devices than there are. With an accelerator, over
+    several processes, or once JAX is imported (a call from Python: its devices are set), these wait for the
+    runner; so do the per-device Config's own rules."""
+    from jaxrl import device_rules
+
+    single = args.coordinator is None and args.num_processes == 1 and "jax" not in sys.modules
+    have = device_rules.expected_cpu_devices(args.cpu_cores) if single else None
+    if have is not None:
+        device_rules.check_train_devices(args.devices, args.seed_devices, have, "cpu", values)
 
 
 def run_flags(args) -> dict:

@@ -41,7 +41,7 @@ import optax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from jaxrl import losses
+from jaxrl import device_rules, losses
 
 AXIS = "data"
 
@@ -215,11 +215,7 @@ def resolve_devices(devices) -> list[jax.Device]:
         return list(jax.devices())
     if isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
         have = jax.devices()
-        if not 1 <= devices <= len(have):
-            raise ValueError(
-                f"devices={devices}: this process sees {len(have)} device(s) ({have[0].platform}); on a CPU, make "
-                f"more with --cpu-cores {devices} (jaxrl.sweep.use_cpu_cores({devices}) before any JAX operation)."
-            )
+        device_rules.check_count(devices, len(have), have[0].platform)
         return list(have[:devices])
     if isinstance(devices, Sequence) and devices and all(isinstance(d, jax.Device) for d in devices):
         return list(devices)
@@ -231,10 +227,6 @@ def data_mesh(devices) -> Mesh:
     return Mesh(np.array(resolve_devices(devices)), (AXIS,))
 
 
-# fields counted over the whole run that each device holds 1/D of (a shape or a batch: D must divide them)
-DIVIDED = ("num_envs", "num_groups", "buffer_size", "replay_batch_size")
-
-
 def local_config(config, size: int):
     """The Config each of `size` devices runs: num_envs (or num_groups), buffer_size and replay_batch_size
     divided by `size`, learning_starts divided (rounded up), and total_timesteps such that the number of
@@ -242,18 +234,11 @@ def local_config(config, size: int):
     if size == 1:
         return config
     fields = {f.name for f in dataclasses.fields(config)}
+    device_rules.check_divides({name: getattr(config, name) for name in fields}, size)
     changes = {}
-    for name in DIVIDED:
-        if name not in fields or (name == "num_envs" and "num_groups" in fields):
-            continue
-        value = getattr(config, name)
-        if value % size:
-            fix = -(-value // size) * size
-            raise ValueError(
-                f"Config.{name}: {value} is not divisible by the {size} devices (each device holds 1/{size}); "
-                f"use a multiple of {size}, e.g. {fix}, or fewer devices."
-            )
-        changes[name] = value // size
+    for name in device_rules.DIVIDED:
+        if name in fields and not (name == "num_envs" and "num_groups" in fields):
+            changes[name] = getattr(config, name) // size
     if "learning_starts" in fields:
         changes["learning_starts"] = -(-config.learning_starts // size)
     local = dataclasses.replace(config, **changes)

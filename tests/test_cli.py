@@ -449,6 +449,30 @@ def test_fields_that_break_their_algorithm_rules_together_are_refused_before_jax
     refused_before_jax(cases)
 
 
+def test_the_devices_of_one_cpu_process_are_checked_before_jax_starts(tmp_path):
+    """Where JAX can only have CPU devices, `jaxrl train`'s --devices and --seed-devices are refused before JAX
+    starts in the runner's words (`jaxrl.device_rules`), against the --cpu-cores devices the process will make: a
+    count beyond them, a batch they do not divide (a resumed run's own), a seed split beside a data-parallel one or
+    beyond them."""
+    from jaxrl import device_rules
+
+    if not device_rules.cpu_only():
+        pytest.skip("an accelerator plugin is installed: the devices wait for JAX")
+    run = tmp_path / "run"
+    run.mkdir()
+    config = {"num_envs": 3, "num_minibatches": 3}
+    (run / "config.json").write_text(json.dumps({"algo": "ppo", "config": config, "seeds": 1, "seed": 0}))
+    two = ["--cpu-cores", "2"]
+    refused_before_jax([
+        (["train", "ppo", *two, "--devices", "3"], "devices=3: this process sees 2 device(s) (cpu); on a CPU, make"),
+        (["train", "ppo", *two, "--devices", "2", "--num-envs", "5", "--num-minibatches", "5"],
+         "Config.num_envs: 5 is not divisible by the 2 devices (each device holds 1/2)"),
+        (["train", "ppo", *two, "--devices", "all", "--resume", run], "Config.num_envs: 3 is not divisible by the 2"),
+        (["train", "ppo", *two, "--seed-devices", "3", "--seeds", "4"], "seed_devices=3: this process has 2 device(s)"),
+        (["train", "ppo", *two, "--devices", "2", "--seed-devices", "2", "--seeds", "4"], "split either the seeds"),
+    ])  # fmt: skip
+
+
 def test_a_presets_values_are_checked_before_jax_starts():
     """Under `--preset` the rules see the preset's values (`jaxrl.presets`, read without JAX), with the flags on
     top: Pendulum-v1's PPO preset takes 32 minibatches, which a batch of 5 x 100 does not divide, and its gamma of

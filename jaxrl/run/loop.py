@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from jaxrl import parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm, to_dict
+from jaxrl.device_rules import check_seed_devices
 from jaxrl.run import folder, hosts, session
 from jaxrl.run.compile import (
     EVAL_METRICS,
@@ -224,20 +225,7 @@ def _seeds_mesh(o: RunOptions, mesh: Mesh | None) -> Mesh | None:
     ValueError naming what does not fit the devices."""
     if o.seed_devices == 1:
         return None
-    if mesh is not None:
-        raise ValueError(
-            f"seed_devices={o.seed_devices} with devices={o.devices!r}: split either the seeds (whole seeds per "
-            "device) or each seed's envs (data parallelism) over the devices, not both."
-        )
-    processes, local = jax.process_count(), jax.local_device_count()
-    if o.seed_devices % processes:
-        raise ValueError(
-            f"seed_devices={o.seed_devices}: over {processes} processes each process takes the same number of "
-            f"seed devices; choose a multiple of {processes}."
-        )
-    if o.seed_devices // processes > local:
-        where = "this process has" if processes == 1 else f"over {processes} processes, each has"
-        raise ValueError(f"seed_devices={o.seed_devices}: {where} {local} device(s) (on a CPU, more with --cpu-cores).")
+    check_seed_devices(o.seed_devices, o.devices, mesh is not None, jax.process_count(), jax.local_device_count())
     return seeds_mesh(o.seed_devices)
 
 

@@ -1,7 +1,7 @@
 """The counts a run is given, each checked alone without JAX: seeds, the base seed, chunks, checkpoints, evaluations
 and the devices the seeds split over. `jaxrl.run.loop.validate_run` checks a run's options with `check_counts`, and
 `jaxrl train` checks its flags with it before JAX starts, so a refusal reads the same either way. What needs the
-devices (how many this process has, a seed split beside a data-parallel one) waits for `validate_run`."""
+devices (how many this process has, a seed split beside a data-parallel one) is `jaxrl.device_rules`."""
 
 from __future__ import annotations
 

@@ -13,9 +13,9 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxrl import _compat
+from jaxrl.device_rules import DEVICE_COUNT_FLAG, usable_cores
 
 AXIS = "batch"
-_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
 def backend_initialized() -> bool:
@@ -45,7 +45,7 @@ def use_cpu_cores(n: int | None = None, *, reset: bool = False) -> int:
     devices on next use; arrays created before stay valid on the old device and are copied when mixed in.
     """
     if n is None:
-        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        n = usable_cores()
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"use_cpu_cores: n={n!r}, need a positive integer.")
     if backend_initialized():
@@ -56,14 +56,14 @@ def use_cpu_cores(n: int | None = None, *, reset: bool = False) -> int:
             raise RuntimeError(
                 f"use_cpu_cores({n}): JAX's backend is already initialised, with {have} CPU device(s), and the "
                 f"device count can only be set before the first JAX operation (building an environment imports "
-                f"gymnax, which creates arrays). Start Python with XLA_FLAGS={_DEVICE_COUNT_FLAG}={n}, or call "
+                f"gymnax, which creates arrays). Start Python with XLA_FLAGS={DEVICE_COUNT_FLAG}={n}, or call "
                 f"use_cpu_cores({n}, reset=True) before creating arrays you keep."
             )
         from jax.extend.backend import clear_backends
 
         clear_backends()
-    flags = re.sub(rf"{_DEVICE_COUNT_FLAG}=\S*", "", os.environ.get("XLA_FLAGS", "")).split()
-    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{_DEVICE_COUNT_FLAG}={n}"])
+    flags = re.sub(rf"{DEVICE_COUNT_FLAG}=\S*", "", os.environ.get("XLA_FLAGS", "")).split()
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{DEVICE_COUNT_FLAG}={n}"])
     jax.config.update("jax_num_cpu_devices", n)
     return n
 
@@ -152,9 +152,9 @@ def initialize_distributed(
 def default_cpu_cores() -> int | None:
     """The cores this process may run on, as the CPU device count a command makes by default; None when the
     device count is already chosen (XLA_FLAGS sets it, or JAX's backend is up) or only one core is there."""
-    if _DEVICE_COUNT_FLAG in os.environ.get("XLA_FLAGS", "") or backend_initialized():
+    if DEVICE_COUNT_FLAG in os.environ.get("XLA_FLAGS", "") or backend_initialized():
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     return cores if cores > 1 else None
 
 

@@ -1,0 +1,110 @@
+"""What a run's devices must be: a device count the process has, a batch each device holds an equal share of, and a
+seed split that fits the devices. `jaxrl.parallel` and the runner (`jaxrl.run.loop`) refuse with these once JAX is
+up; `jaxrl train` refuses with the same before JAX starts where the device count is known without it: one process
+whose only backend is XLA's CPU (`expected_cpu_devices`). Imports nothing of JAX or jaxrl."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from collections.abc import Mapping
+
+# fields counted over the whole run that each device holds 1/D of (a shape or a batch: D must divide them)
+DIVIDED = ("num_envs", "num_groups", "buffer_size", "replay_batch_size")
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def check_count(devices: int, have: int, platform: str) -> None:
+    """Refuses a data-parallel device count this process does not have (1 to `have`)."""
+    if not 1 <= devices <= have:
+        raise ValueError(
+            f"devices={devices}: this process sees {have} device(s) ({platform}); on a CPU, make more with "
+            f"--cpu-cores {devices} (jaxrl.sweep.use_cpu_cores({devices}) before any JAX operation)."
+        )
+
+
+def check_divides(fields: Mapping, size: int) -> None:
+    """Refuses a Config (`fields`: its field names to values) whose `DIVIDED` fields `size` devices do not
+    divide; `num_envs` is not divided where the Config counts groups (`num_groups`)."""
+    for name in DIVIDED:
+        if name not in fields or (name == "num_envs" and "num_groups" in fields):
+            continue
+        value = fields[name]
+        if value % size:
+            fix = -(-value // size) * size
+            raise ValueError(
+                f"Config.{name}: {value} is not divisible by the {size} devices (each device holds 1/{size}); "
+                f"use a multiple of {size}, e.g. {fix}, or fewer devices."
+            )
+
+
+def check_seed_devices(seed_devices: int, devices, data_parallel: bool, processes: int, local: int) -> None:
+    """Refuses a split of the seeds over `seed_devices` devices beside a data-parallel split (`data_parallel`,
+    `devices` as given), a count that is not a multiple of the `processes`, or more than each process's `local`
+    devices."""
+    if data_parallel:
+        raise ValueError(
+            f"seed_devices={seed_devices} with devices={devices!r}: split either the seeds (whole seeds per "
+            "device) or each seed's envs (data parallelism) over the devices, not both."
+        )
+    if seed_devices % processes:
+        raise ValueError(
+            f"seed_devices={seed_devices}: over {processes} processes each process takes the same number of "
+            f"seed devices; choose a multiple of {processes}."
+        )
+    if seed_devices // processes > local:
+        where = "this process has" if processes == 1 else f"over {processes} processes, each has"
+        raise ValueError(f"seed_devices={seed_devices}: {where} {local} device(s) (on a CPU, more with --cpu-cores).")
+
+
+def check_train_devices(devices, seed_devices: int | None, have: int, platform: str, fields: Mapping) -> None:
+    """What `jaxrl train --devices DEVICES --seed-devices SEED_DEVICES` (None: not given) checks of one process
+    with `have` devices on `platform` and a Config of `fields`, in the order the runner checks them: the
+    data-parallel device count (a count or "all"; --seed-devices alone trains each seed on one device), the
+    batch it divides, then the seed split. --devices auto chooses what fits, and is not checked."""
+    devices = 1 if seed_devices is not None and devices in (None, "auto") else devices
+    if devices in (None, "auto"):
+        return
+    if devices != "all":
+        check_count(devices, have, platform)
+    size = have if devices == "all" else devices
+    if size > 1:
+        check_divides(fields, size)
+    if seed_devices is not None and seed_devices > 1:
+        check_seed_devices(seed_devices, devices, size > 1, 1, have)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cpu_only() -> bool:
+    """Whether JAX, once started, can have no backend but the CPU: JAX_PLATFORMS says "cpu", or it is unset and
+    no accelerator plugin is installed (a `jax_plugins` module or entry point, libtpu, PJRT_NAMES_AND_LIBRARY_PATHS),
+    all found without importing them."""
+    platforms = os.environ.get("JAX_PLATFORMS") or os.environ.get("JAX_PLATFORM_NAME")
+    if platforms:
+        return platforms.strip().lower() == "cpu"
+    if os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS"):
+        return False
+    if importlib.util.find_spec("jax_plugins") is not None or importlib.util.find_spec("libtpu") is not None:
+        return False
+    from importlib.metadata import entry_points
+
+    return not entry_points(group="jax_plugins")
+
+
+def expected_cpu_devices(cpu_cores: int | None) -> int | None:
+    """The devices one `jaxrl train` process will have, read before JAX starts: `cpu_cores` (--cpu-cores) where
+    given, else the count XLA_FLAGS sets, else one per core this process may use (as `jaxrl train` makes them).
+    None where only JAX can tell: an accelerator may be there (`cpu_only`), JAX_NUM_CPU_DEVICES sets the count."""
+    if not cpu_only():
+        return None
+    if cpu_cores is not None:
+        return cpu_cores
+    if os.environ.get("JAX_NUM_CPU_DEVICES"):
+        return None
+    forced = re.findall(rf"{DEVICE_COUNT_FLAG}=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    return int(forced[-1]) if forced else usable_cores()

@@ -1,0 +1,125 @@
+"""The devices a `jaxrl train` run asks for (`jaxrl.device_rules`), checked before JAX starts where the process can
+only have XLA's CPU devices: the count the process will have is the count `jaxrl train` makes, and each refusal is
+the runner's (`jaxrl.run.loop.validate_run`), in its words."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from test_parallel import run_on_two_devices, subprocess_env
+
+from jaxrl import device_rules
+
+# (algorithm, Config fields, --devices, --seed-devices, seeds): each breaks one device rule on 2 devices, or none
+CASES = [
+    ("ppo", {}, 2, None, 1),
+    ("ppo", {}, "all", None, 1),
+    ("ppo", {}, None, 2, 4),
+    ("ppo", {}, 1, 2, 3),
+    ("ppo", {}, 3, None, 1),
+    ("ppo", {"num_envs": 3, "num_minibatches": 3}, 2, None, 1),
+    ("ppo", {"num_envs": 5, "num_minibatches": 5}, "all", None, 1),
+    ("dqn", {"num_envs": 10, "buffer_size": 10010, "replay_batch_size": 127}, 2, None, 1),
+    ("grpo", {"num_groups": 3, "num_minibatches": 3}, 2, None, 1),
+    ("ppo", {}, 2, 2, 4),
+    ("ppo", {}, "all", 2, 4),
+    ("ppo", {}, None, 3, 4),
+]
+
+BOTH = """
+import json, sys
+import jax
+from jaxrl import device_rules
+from jaxrl.algos import ALGORITHMS
+from jaxrl.run import loop
+
+def refusal(check, *args):
+    try:
+        check(*args)
+    except ValueError as error:
+        return str(error)
+
+have, platform = len(jax.devices()), jax.devices()[0].platform
+pairs = []
+for algo, fields, devices, seed_devices, seeds in json.loads(sys.argv[1]):
+    module = ALGORITHMS[algo]
+    config = module.Config(**fields)
+    values = {name: getattr(config, name) for name in config.__dataclass_fields__}
+    early = refusal(device_rules.check_train_devices, devices, seed_devices, have, platform, values)
+    # what jaxrl train hands the runner: --seed-devices alone trains each seed's envs on one device
+    options = loop.RunOptions(seeds=seeds, seed_devices=seed_devices or 1,
+                              devices=1 if seed_devices and devices is None else devices)
+    pairs.append([early, refusal(loop.validate_run, module, config, options)])
+print(json.dumps(pairs))
+"""
+
+
+def test_the_device_refusals_before_jax_are_the_runners():
+    """On 2 CPU devices, each case's flags checked by `device_rules.check_train_devices` get the refusal
+    `validate_run` gives the options `jaxrl train` makes of them, or none: a count beyond the devices, a batch
+    field (num_envs, num_groups, replay_batch_size) the devices do not divide, a seed split beside a data-parallel
+    one or beyond the devices."""
+    pairs = json.loads(run_on_two_devices(BOTH, args=(json.dumps(CASES),)).strip().splitlines()[-1])
+    for case, (early, late) in zip(CASES, pairs, strict=True):
+        assert early == late, (case, early, late)
+    refused = [late for _, late in pairs if late]
+    assert len(refused) == 8 and len(pairs) - len(refused) == 4, pairs
+    for words in ["sees 2 device(s)", "Config.num_envs: 3", "Config.num_envs: 5", "Config.replay_batch_size: 127",
+                  "Config.num_groups: 3", "split either the seeds", "this process has 2 device(s)"]:  # fmt: skip
+        assert any(words in late for late in refused), words
+
+
+EXPECTED = """
+import json, sys
+from jaxrl import device_rules
+from jaxrl.sweep.devices import default_cpu_cores, start_processes
+cpu_cores = json.loads(sys.argv[1])
+expected = device_rules.expected_cpu_devices(cpu_cores)
+start_processes(None, 1, None, cpu_cores if cpu_cores is not None else default_cpu_cores(), "training")
+import jax
+print(json.dumps([expected, len(jax.devices())]))
+"""
+
+
+@pytest.mark.parametrize(("forced", "cpu_cores"), [(None, None), (3, None), (3, 2)])
+def test_the_expected_cpu_devices_are_those_jaxrl_train_makes(forced, cpu_cores):
+    """In a fresh process, the devices `expected_cpu_devices` reads before JAX starts (from --cpu-cores, XLA_FLAGS
+    or the cores) are those `jaxrl train`'s start makes (`start_jax`: --cpu-cores, else one per core)."""
+    command = [sys.executable, "-c", EXPECTED, json.dumps(cpu_cores)]
+    done = subprocess.run(command, env=subprocess_env(forced), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    expected, made = json.loads(done.stdout.strip().splitlines()[-1])
+    assert expected == made, (forced, cpu_cores, expected, made)
+    assert made == (cpu_cores or forced or device_rules.usable_cores())
+
+
+def test_where_an_accelerator_may_be_there_the_devices_wait_for_jax(monkeypatch):
+    """`expected_cpu_devices` gives no count where JAX alone can tell the devices: JAX_PLATFORMS names another
+    platform, a PJRT plugin is named or installed, or JAX_NUM_CPU_DEVICES sets the count without --cpu-cores."""
+    for name in ("JAX_PLATFORMS", "JAX_PLATFORM_NAME", "PJRT_NAMES_AND_LIBRARY_PATHS", "JAX_NUM_CPU_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_cpu_use_fusion_emitters=false {device_rules.DEVICE_COUNT_FLAG}=5")
+    assert device_rules.cpu_only() and device_rules.expected_cpu_devices(None) == 5
+    assert device_rules.expected_cpu_devices(3) == 3
+    monkeypatch.setenv("JAX_NUM_CPU_DEVICES", "4")
+    assert device_rules.expected_cpu_devices(None) is None and device_rules.expected_cpu_devices(3) == 3
+    monkeypatch.delenv("JAX_NUM_CPU_DEVICES")
+    for name, value in [("JAX_PLATFORMS", "cuda"), ("JAX_PLATFORMS", "cuda,cpu"), ("JAX_PLATFORM_NAME", "tpu"),
+                        ("PJRT_NAMES_AND_LIBRARY_PATHS", "mine:/opt/libmine.so")]:  # fmt: skip
+        with monkeypatch.context() as env:
+            env.setenv(name, value)
+            assert device_rules.expected_cpu_devices(2) is None, (name, value)
+    with monkeypatch.context() as env:
+        env.setenv("JAX_PLATFORMS", "cpu")
+        assert device_rules.expected_cpu_devices(2) == 2
+    real = importlib.util.find_spec
+    for plugin in ("jax_plugins", "libtpu"):
+        with monkeypatch.context() as patched:
+            patched.setattr(importlib.util, "find_spec", lambda name, p=plugin: object() if name == p else real(name))
+            assert device_rules.expected_cpu_devices(2) is None, plugin
+    assert os.environ["XLA_FLAGS"].endswith("=5")
