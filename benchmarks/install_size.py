@@ -78,8 +78,11 @@ def install(target: str, folder: Path) -> dict:
     seconds = (datetime.datetime.now() - start).total_seconds()
     if done.returncode != 0:
         return {"error": (done.stderr or done.stdout).strip().splitlines()[-5:], "pip_s": round(seconds, 1)}
-    site = Path(subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                        text=True).strip())
+    site = Path(
+        subprocess.check_output(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
+        ).strip()
+    )
     dists = json.loads(subprocess.check_output([python, "-c", INVENTORY], text=True))
     return {"bytes": disk_bytes(site), "distributions": dists, "pip_s": round(seconds, 1)}
 

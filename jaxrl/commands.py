@@ -67,7 +67,9 @@ def check_config_flags(args) -> None:
     - for `jaxrl sweep`, a --grid, --random or --dist flag that does not read (`jaxrl.sweep_flags`), names no field,
       or gives a value (a distribution's bounds) that breaks its field's rule;
     - for `jaxrl pbt`, its population settings (`--ready` against the run's iterations too) and --explore flags
-      (`jaxrl.pbt_settings`).
+      (`jaxrl.pbt_settings`);
+    - for `jaxrl sweep` and `jaxrl pbt` in one CPU-only process, --devices beyond the devices it will have, and a
+      population they do not split (`check_device_flags`).
     The algorithm's `validate` checks the whole Config again once JAX has started, the env's fit included."""
     from jaxrl import catalog, config_rules, field_rules
 
@@ -97,6 +99,9 @@ def check_config_flags(args) -> None:
         iterations = config_rules.num_iterations(values, env)
         pbt_settings.check_settings(settings, iterations)
         pbt_settings.check_explore(settings.explore, kinds, entry["sweepable"], "Config", explored)
+        check_device_flags(args, values, settings.population)
+    elif args.command == "sweep":
+        check_device_flags(args, values)
 
 
 def env_facts(env_id: str):
@@ -163,19 +168,26 @@ def check_run_flags(args) -> None:
     check_device_flags(args, s)
 
 
-def check_device_flags(args, values: dict) -> None:
-    """Refuses, before JAX starts, the --devices and --seed-devices of one `jaxrl train` process whose only
-    backend is the CPU (`jaxrl.device_rules.expected_cpu_devices`: --cpu-cores, else one device per core) in the
-    runner's words: more devices than the process has, a batch (`values`: the Config's fields) the devices do not
-    divide, a seed split beside a data-parallel one or over more devices than there are. With an accelerator, over
-    several processes, or once JAX is imported (a call from Python: its devices are set), these wait for the
-    runner; so do the per-device Config's own rules."""
+def check_device_flags(args, values: dict, population: int | None = None) -> None:
+    """Refuses, before JAX starts, the --devices (and --seed-devices) of one process whose only backend is the CPU
+    (`jaxrl.device_rules.expected_cpu_devices`: --cpu-cores, else one device per core), in the words the runners
+    use once JAX is up: more devices than the process will have; for `jaxrl train` a batch (`values`: the Config's
+    fields) the devices do not divide and a seed split beside a data-parallel one or beyond the devices; for `jaxrl
+    pbt` a `population` the devices do not split. With an accelerator, over several processes, or once JAX is
+    imported (a call from Python: its devices are set), these wait for the runner; so do the per-device Config's own
+    rules."""
     from jaxrl import device_rules
 
     single = args.coordinator is None and args.num_processes == 1 and "jax" not in sys.modules
     have = device_rules.expected_cpu_devices(args.cpu_cores) if single else None
-    if have is not None:
+    if have is None:
+        return
+    if args.command == "train":
         device_rules.check_train_devices(args.devices, args.seed_devices, have, "cpu", values)
+    elif args.devices is not None:
+        device_rules.check_local_count(args.devices, have, "this run" if args.command == "sweep" else "this process")
+        if population is not None:
+            device_rules.check_population_split(population, args.devices, 1)
 
 
 def run_flags(args) -> dict:

@@ -24,6 +24,23 @@ def check_count(devices: int, have: int, platform: str) -> None:
         )
 
 
+def check_local_count(devices: int, have: int, holder: str) -> None:
+    """Refuses a `--devices` count of `jaxrl sweep` (`holder` "this run") or `jaxrl pbt` ("this process") beyond
+    the `have` devices."""
+    if not 1 <= devices <= have:
+        raise ValueError(f"--devices {devices}: {holder} has {have} device(s).")
+
+
+def check_population_split(population: int, devices: int, processes: int) -> None:
+    """Refuses a population whose members do not split evenly over `devices` devices (of `processes`)."""
+    if population % devices:
+        fewer = " or fewer --devices" if processes == 1 else f" (the devices of {processes} processes hold members)"
+        raise ValueError(
+            f"PBTConfig.population: {population} members do not split evenly over {devices} devices; use a "
+            f"multiple of {devices} members{fewer}."
+        )
+
+
 def check_divides(fields: Mapping, size: int) -> None:
     """Refuses a Config (`fields`: its field names to values) whose `DIVIDED` fields `size` devices do not
     divide; `num_envs` is not divided where the Config counts groups (`num_groups`)."""

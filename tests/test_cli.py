@@ -453,7 +453,8 @@ def test_the_devices_of_one_cpu_process_are_checked_before_jax_starts(tmp_path):
     """Where JAX can only have CPU devices, `jaxrl train`'s --devices and --seed-devices are refused before JAX
     starts in the runner's words (`jaxrl.device_rules`), against the --cpu-cores devices the process will make: a
     count beyond them, a batch they do not divide (a resumed run's own), a seed split beside a data-parallel one or
-    beyond them."""
+    beyond them; so are `jaxrl sweep`'s and `jaxrl pbt`'s --devices beyond them, and a population they do not
+    split."""
     from jaxrl import device_rules
 
     if not device_rules.cpu_only():
@@ -470,6 +471,9 @@ def test_the_devices_of_one_cpu_process_are_checked_before_jax_starts(tmp_path):
         (["train", "ppo", *two, "--devices", "all", "--resume", run], "Config.num_envs: 3 is not divisible by the 2"),
         (["train", "ppo", *two, "--seed-devices", "3", "--seeds", "4"], "seed_devices=3: this process has 2 device(s)"),
         (["train", "ppo", *two, "--devices", "2", "--seed-devices", "2", "--seeds", "4"], "split either the seeds"),
+        (["sweep", "ppo", *two, "--devices", "3", "--grid", "gamma=0.9,0.99"], "--devices 3: this run has 2 device(s)"),
+        (["pbt", "ppo", *two, "--devices", "2", "--population", "5", "--explore", "ent_coef=uniform:0:0.1"],
+         "PBTConfig.population: 5 members do not split evenly over 2 devices"),
     ])  # fmt: skip
 
 

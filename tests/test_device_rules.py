@@ -55,6 +55,17 @@ for algo, fields, devices, seed_devices, seeds in json.loads(sys.argv[1]):
     options = loop.RunOptions(seeds=seeds, seed_devices=seed_devices or 1,
                               devices=1 if seed_devices and devices is None else devices)
     pairs.append([early, refusal(loop.validate_run, module, config, options)])
+from jaxrl.pbt.runner import population_mesh
+from jaxrl.pbt_settings import PBTConfig
+from jaxrl.sweep.program import sweep_devices
+config = ALGORITHMS["ppo"].Config()
+for devices, population in [(3, None), (2, 5), (2, 4)]:  # jaxrl sweep's, jaxrl pbt's
+    early = refusal(device_rules.check_local_count, devices, have, "this run")
+    pairs.append([early, refusal(sweep_devices, config, 2, 1, devices)])
+    if population is not None:
+        early = refusal(device_rules.check_local_count, devices, have, "this process")
+        early = early or refusal(device_rules.check_population_split, population, devices, 1)
+        pairs.append([early, refusal(population_mesh, PBTConfig(population=population), devices)])
 print(json.dumps(pairs))
 """
 
@@ -63,14 +74,18 @@ def test_the_device_refusals_before_jax_are_the_runners():
     """On 2 CPU devices, each case's flags checked by `device_rules.check_train_devices` get the refusal
     `validate_run` gives the options `jaxrl train` makes of them, or none: a count beyond the devices, a batch
     field (num_envs, num_groups, replay_batch_size) the devices do not divide, a seed split beside a data-parallel
-    one or beyond the devices."""
+    one or beyond the devices; and `jaxrl sweep`'s and `jaxrl pbt`'s --devices, as `sweep_devices` and
+    `population_mesh` refuse them."""
     pairs = json.loads(run_on_two_devices(BOTH, args=(json.dumps(CASES),)).strip().splitlines()[-1])
-    for case, (early, late) in zip(CASES, pairs, strict=True):
+    cases = [*CASES, "sweep --devices 3", "sweep --devices 2", "pbt --devices 2 --population 5", "sweep --devices 2",
+             "pbt --devices 2 --population 4"]  # fmt: skip
+    for case, (early, late) in zip(cases, pairs, strict=True):
         assert early == late, (case, early, late)
     refused = [late for _, late in pairs if late]
-    assert len(refused) == 8 and len(pairs) - len(refused) == 4, pairs
+    assert len(refused) == 10 and len(pairs) - len(refused) == 7, pairs
     for words in ["sees 2 device(s)", "Config.num_envs: 3", "Config.num_envs: 5", "Config.replay_batch_size: 127",
-                  "Config.num_groups: 3", "split either the seeds", "this process has 2 device(s)"]:  # fmt: skip
+                  "Config.num_groups: 3", "split either the seeds", "this process has 2 device(s)",
+                  "--devices 3: this run has 2 device(s)", "5 members do not split evenly"]:  # fmt: skip
         assert any(words in late for late in refused), words
 
 

@@ -83,7 +83,7 @@ def test_burn_in_from_the_stored_state_reproduces_the_behaviour_states(core):
     starts = np.asarray(batch["starts"])
     assert starts[1:].any(), "episode starts inside the windows"
     for k in range(length):
-        stored = jax.tree.map(lambda x: x[k], batch["hidden"])
+        stored = jax.tree.map(lambda x, k=k: x[k], batch["hidden"])
         jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5), states[k], stored)
     assert all(np.abs(np.asarray(leaf[1:])).max() > 0.01 for leaf in jax.tree.leaves(batch["hidden"]))
 

@@ -78,7 +78,7 @@ def test_a_suite_env_is_drawn_by_its_own_renderer(env_id, action, size):
     assert all(f.dtype == np.uint8 and f.ndim == 3 and f.shape == frames[0].shape for f in frames)
     assert frames[0].shape[-1] == 3 and frames[0].shape[1] >= render.CAPTION_WIDTH
     pictures = [f[40:] for f in frames]  # below the two-line caption
-    assert all(not np.array_equal(a, b) for a, b in zip(pictures, pictures[1:])), env_id
+    assert all(not np.array_equal(a, b) for a, b in zip(pictures, pictures[1:], strict=False)), env_id
     assert pictures[0].std() > 0  # not a blank frame
 
 

@@ -44,6 +44,7 @@ from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
 from jaxrl.algos import base
+from jaxrl.device_rules import check_local_count, check_population_split
 from jaxrl.pbt import lineage as lineages
 from jaxrl.pbt.board import PopulationBoard
 from jaxrl.pbt.evaluate import MODES, best_member, evaluate_best, evaluation_text, play
@@ -102,18 +103,11 @@ def population_mesh(pbt: PBTConfig, devices=None) -> Mesh:
     elif devices is None:
         chosen = local[: max(d for d in range(1, len(local) + 1) if pbt.population % d == 0)]
     elif isinstance(devices, int):
-        if not 1 <= devices <= len(local):
-            raise ValueError(f"--devices {devices}: this process has {len(local)} device(s).")
+        check_local_count(devices, len(local), "this process")
         chosen = local[:devices]
     else:
         chosen = list(devices)
-    if pbt.population % len(chosen):
-        processes = jax.process_count()
-        fewer = " or fewer --devices" if processes == 1 else f" (the devices of {processes} processes hold members)"
-        raise ValueError(
-            f"PBTConfig.population: {pbt.population} members do not split evenly over {len(chosen)} devices; use a "
-            f"multiple of {len(chosen)} members{fewer}."
-        )
+    check_population_split(pbt.population, len(chosen), jax.process_count())
     return Mesh(np.array(chosen), (AXIS,))
 
 

@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm
+from jaxrl.device_rules import check_local_count
 from jaxrl.run.compile import DEVICE_INDEPENDENT_OPTIONS  # noqa: F401 (re-exported: sweeps and PBT compile with it)
 from jaxrl.run.report import FINAL_FRACTION, final_return
 from jaxrl.sweep.devices import AXIS, batch_mesh
@@ -160,8 +161,7 @@ def sweep_devices(config, num_points: int, seeds: int, devices: int | None = Non
 
     chosen = jax.devices()
     if devices is not None:
-        if not 1 <= devices <= len(chosen):
-            raise ValueError(f"--devices {devices}: this run has {len(chosen)} device(s).")
+        check_local_count(devices, len(chosen), "this run")
         chosen = chosen[:devices]
     if seeds < 1:
         raise ValueError(f"--seeds {seeds}: need at least one seed.")
