@@ -161,7 +161,7 @@ def check_run_flags(args) -> None:
     if args.resume:
         _, s = folder.check_resume(Path(args.resume), args.algo, given_settings(args))
     else:
-        s = {**folder.RUN_DEFAULTS, **run_flags(args), **config_values(args.algo, args)}
+        s = {**config_values(args.algo, args), **folder.RUN_DEFAULTS, **run_flags(args)}
     seed_devices = 1 if args.seed_devices is None else args.seed_devices
     options.check_counts(s["seeds"], s["seed"], args.chunks, args.checkpoint_every, s["eval_every"], s["eval_episodes"],
                   seed_devices)  # fmt: skip
