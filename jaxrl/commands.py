@@ -183,7 +183,8 @@ def check_device_flags(args, values: dict, population: int | None = None) -> Non
     if have is None:
         return
     if args.command == "train":
-        device_rules.check_train_devices(args.devices, args.seed_devices, have, "cpu", values)
+        env = env_facts(values["env"])
+        device_rules.check_train_devices(args.devices, args.seed_devices, have, "cpu", args.algo, values, env)
     elif args.devices is not None:
         device_rules.check_local_count(args.devices, have, "this run" if args.command == "sweep" else "this process")
         if population is not None:

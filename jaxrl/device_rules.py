@@ -1,7 +1,8 @@
 """What a run's devices must be: a device count the process has, a batch each device holds an equal share of, and a
 seed split that fits the devices. `jaxrl.parallel` and the runner (`jaxrl.run.loop`) refuse with these once JAX is
 up; `jaxrl train` refuses with the same before JAX starts where the device count is known without it: one process
-whose only backend is XLA's CPU (`expected_cpu_devices`). Imports nothing of JAX or jaxrl."""
+whose only backend is XLA's CPU (`expected_cpu_devices`), with the rules of the Config each device runs
+(`check_per_device`). Imports nothing of JAX."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import importlib.util
 import os
 import re
 from collections.abc import Mapping
+
+from jaxrl import config_rules, field_rules
 
 # fields counted over the whole run that each device holds 1/D of (a shape or a batch: D must divide them)
 DIVIDED = ("num_envs", "num_groups", "buffer_size", "replay_batch_size")
@@ -56,6 +59,37 @@ def check_divides(fields: Mapping, size: int) -> None:
             )
 
 
+def divided(fields: Mapping, size: int) -> dict:
+    """The fields of a Config (`fields`, by name) that each of `size` devices holds its share of: the `DIVIDED`
+    ones divided by `size` (not `num_envs` where the Config counts groups), `learning_starts` divided rounded up."""
+    shares = {
+        name: fields[name] // size
+        for name in DIVIDED
+        if name in fields and not (name == "num_envs" and "num_groups" in fields)
+    }
+    if "learning_starts" in fields:
+        shares["learning_starts"] = -(-fields["learning_starts"] // size)
+    return shares
+
+
+def check_per_device(algorithm: str, fields: Mapping, size: int, env=None) -> None:
+    """Refuses a Config (`fields`) whose share on each of `size` devices breaks a rule (`jaxrl.field_rules`,
+    `jaxrl.config_rules` with the env's facts `env`), as `jaxrl.algos.base.data_parallel_config` refuses it: the
+    `divided` fields, and total_timesteps for the same iterations. Passes where the env's facts are needed and
+    not given."""
+    local = {**fields, **divided(fields, size)}
+    try:
+        iterations = config_rules.Values(dict(fields), env).num_iterations
+        local["total_timesteps"] = iterations * config_rules.Values(local, env).env_steps_per_iteration
+    except config_rules.Unknown:
+        return
+    try:
+        field_rules.check_values({name: local[name] for name in local if local[name] != fields[name]})
+        config_rules.check_values(algorithm, local, env)
+    except ValueError as error:
+        raise ValueError(f"on each of {size} devices (1/{size} of the batch): {error}") from error
+
+
 def check_seed_devices(seed_devices: int, devices, data_parallel: bool, processes: int, local: int) -> None:
     """Refuses a split of the seeds over `seed_devices` devices beside a data-parallel split (`data_parallel`,
     `devices` as given), a count that is not a multiple of the `processes`, or more than each process's `local`
@@ -75,11 +109,14 @@ def check_seed_devices(seed_devices: int, devices, data_parallel: bool, processe
         raise ValueError(f"seed_devices={seed_devices}: {where} {local} device(s) (on a CPU, more with --cpu-cores).")
 
 
-def check_train_devices(devices, seed_devices: int | None, have: int, platform: str, fields: Mapping) -> None:
-    """What `jaxrl train --devices DEVICES --seed-devices SEED_DEVICES` (None: not given) checks of one process
-    with `have` devices on `platform` and a Config of `fields`, in the order the runner checks them: the
-    data-parallel device count (a count or "all"; --seed-devices alone trains each seed on one device), the
-    batch it divides, then the seed split. --devices auto chooses what fits, and is not checked."""
+def check_train_devices(
+    devices, seed_devices: int | None, have: int, platform: str, algorithm: str, fields: Mapping, env=None
+) -> None:
+    """What `jaxrl train ALGORITHM --devices DEVICES --seed-devices SEED_DEVICES` (None: not given) checks of one
+    process with `have` devices on `platform` and a Config of `fields` on an env of facts `env`, in the order the
+    runner checks them: the data-parallel device count (a count or "all"; --seed-devices alone trains each seed on
+    one device), the batch it divides and each device's share of the Config, then the seed split. --devices auto
+    chooses what fits, and is not checked."""
     devices = 1 if seed_devices is not None and devices in (None, "auto") else devices
     if devices in (None, "auto"):
         return
@@ -88,6 +125,7 @@ def check_train_devices(devices, seed_devices: int | None, have: int, platform: 
     size = have if devices == "all" else devices
     if size > 1:
         check_divides(fields, size)
+        check_per_device(algorithm, fields, size, env)
     if seed_devices is not None and seed_devices > 1:
         check_seed_devices(seed_devices, devices, size > 1, 1, have)
 

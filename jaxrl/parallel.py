@@ -234,14 +234,9 @@ def local_config(config, size: int):
     if size == 1:
         return config
     fields = {f.name for f in dataclasses.fields(config)}
-    device_rules.check_divides({name: getattr(config, name) for name in fields}, size)
-    changes = {}
-    for name in device_rules.DIVIDED:
-        if name in fields and not (name == "num_envs" and "num_groups" in fields):
-            changes[name] = getattr(config, name) // size
-    if "learning_starts" in fields:
-        changes["learning_starts"] = -(-config.learning_starts // size)
-    local = dataclasses.replace(config, **changes)
+    values = {name: getattr(config, name) for name in fields}
+    device_rules.check_divides(values, size)
+    local = dataclasses.replace(config, **device_rules.divided(values, size))
     return dataclasses.replace(local, total_timesteps=config.num_iterations * local.env_steps_per_iteration)
 
 

@@ -452,9 +452,9 @@ def test_fields_that_break_their_algorithm_rules_together_are_refused_before_jax
 def test_the_devices_of_one_cpu_process_are_checked_before_jax_starts(tmp_path):
     """Where JAX can only have CPU devices, `jaxrl train`'s --devices and --seed-devices are refused before JAX
     starts in the runner's words (`jaxrl.device_rules`), against the --cpu-cores devices the process will make: a
-    count beyond them, a batch they do not divide (a resumed run's own), a seed split beside a data-parallel one or
-    beyond them; so are `jaxrl sweep`'s and `jaxrl pbt`'s --devices beyond them, and a population they do not
-    split."""
+    count beyond them, a batch they do not divide (a resumed run's own), a device's share that breaks the
+    algorithm's rules, a seed split beside a data-parallel one or beyond them; so are `jaxrl sweep`'s and `jaxrl
+    pbt`'s --devices beyond them, and a population they do not split."""
     from jaxrl import device_rules
 
     if not device_rules.cpu_only():
@@ -469,6 +469,8 @@ def test_the_devices_of_one_cpu_process_are_checked_before_jax_starts(tmp_path):
         (["train", "ppo", *two, "--devices", "2", "--num-envs", "5", "--num-minibatches", "5"],
          "Config.num_envs: 5 is not divisible by the 2 devices (each device holds 1/2)"),
         (["train", "ppo", *two, "--devices", "all", "--resume", run], "Config.num_envs: 3 is not divisible by the 2"),
+        (["train", "ppo", *two, "--devices", "2", "--core", "gru", "--num-envs", "8", "--num-minibatches", "8"],
+         "on each of 2 devices (1/2 of the batch): Config.num_minibatches: 8 does not divide num_envs = 4"),
         (["train", "ppo", *two, "--seed-devices", "3", "--seeds", "4"], "seed_devices=3: this process has 2 device(s)"),
         (["train", "ppo", *two, "--devices", "2", "--seed-devices", "2", "--seeds", "4"], "split either the seeds"),
         (["sweep", "ppo", *two, "--devices", "3", "--grid", "gamma=0.9,0.99"], "--devices 3: this run has 2 device(s)"),

@@ -29,12 +29,16 @@ CASES = [
     ("ppo", {}, 2, 2, 4),
     ("ppo", {}, "all", 2, 4),
     ("ppo", {}, None, 3, 4),
+    ("ppo", {"core": "gru", "num_envs": 8, "num_minibatches": 8}, 2, None, 1),
+    ("dqn", {"num_envs": 10, "buffer_size": 100, "replay_batch_size": 64}, 2, None, 1),
+    ("grpo", {"num_groups": 2, "group_size": 2, "horizon": 0, "num_minibatches": 2}, "all", None, 1),
+    ("ppo", {"num_envs": 4, "num_steps": 1, "num_minibatches": 4, "total_timesteps": 400}, 2, None, 1),
 ]
 
 BOTH = """
 import json, sys
 import jax
-from jaxrl import device_rules
+from jaxrl import catalog, device_rules
 from jaxrl.algos import ALGORITHMS
 from jaxrl.run import loop
 
@@ -50,7 +54,8 @@ for algo, fields, devices, seed_devices, seeds in json.loads(sys.argv[1]):
     module = ALGORITHMS[algo]
     config = module.Config(**fields)
     values = {name: getattr(config, name) for name in config.__dataclass_fields__}
-    early = refusal(device_rules.check_train_devices, devices, seed_devices, have, platform, values)
+    env = catalog.env_facts(config.env)
+    early = refusal(device_rules.check_train_devices, devices, seed_devices, have, platform, algo, values, env)
     # what jaxrl train hands the runner: --seed-devices alone trains each seed's envs on one device
     options = loop.RunOptions(seeds=seeds, seed_devices=seed_devices or 1,
                               devices=1 if seed_devices and devices is None else devices)
@@ -73,8 +78,9 @@ print(json.dumps(pairs))
 def test_the_device_refusals_before_jax_are_the_runners():
     """On 2 CPU devices, each case's flags checked by `device_rules.check_train_devices` get the refusal
     `validate_run` gives the options `jaxrl train` makes of them, or none: a count beyond the devices, a batch
-    field (num_envs, num_groups, replay_batch_size) the devices do not divide, a seed split beside a data-parallel
-    one or beyond the devices; and `jaxrl sweep`'s and `jaxrl pbt`'s --devices, as `sweep_devices` and
+    field (num_envs, num_groups, replay_batch_size) the devices do not divide, a device's share of the Config that
+    breaks its rules (a GRPO horizon from the env's recorded time limit), a seed split beside a data-parallel one
+    or beyond the devices; and `jaxrl sweep`'s and `jaxrl pbt`'s --devices, as `sweep_devices` and
     `population_mesh` refuse them."""
     pairs = json.loads(run_on_two_devices(BOTH, args=(json.dumps(CASES),)).strip().splitlines()[-1])
     cases = [*CASES, "sweep --devices 3", "sweep --devices 2", "pbt --devices 2 --population 5", "sweep --devices 2",
@@ -82,9 +88,11 @@ def test_the_device_refusals_before_jax_are_the_runners():
     for case, (early, late) in zip(cases, pairs, strict=True):
         assert early == late, (case, early, late)
     refused = [late for _, late in pairs if late]
-    assert len(refused) == 10 and len(pairs) - len(refused) == 7, pairs
+    assert len(refused) == 12 and len(pairs) - len(refused) == 9, pairs
     for words in ["sees 2 device(s)", "Config.num_envs: 3", "Config.num_envs: 5", "Config.replay_batch_size: 127",
                   "Config.num_groups: 3", "split either the seeds", "this process has 2 device(s)",
+                  "on each of 2 devices (1/2 of the batch): Config.num_minibatches: 8 does not divide num_envs = 4",
+                  "on each of 2 devices (1/2 of the batch): Config.num_minibatches: 4 does not divide the batch",
                   "--devices 3: this run has 2 device(s)", "5 members do not split evenly"]:  # fmt: skip
         assert any(words in late for late in refused), words
 

@@ -48,7 +48,7 @@ LAYERS = {
     "pbt_settings": 3,  # PBTConfig and its checks: imports no JAX, so jaxrl pbt checks its flags before JAX starts
     "envs": 0,
     "config_rules": 1,  # the rules a Config keeps across its fields: imports no JAX, so flags are checked before it
-    "device_rules": 0,  # what a run's devices must be: imports nothing, so jaxrl train checks them before JAX
+    "device_rules": 1,  # what a run's devices must be: imports no JAX, so jaxrl train checks them before it
     "field_rules": 0,  # each Config field's own rule: imports nothing, so flags are checked before JAX starts
     "suites": 0,  # the former spelling of jaxrl.envs.suites: imports nothing, fails naming the new one
     "__init__": 5,  # jaxrl/__init__.py re-exports the public surface
