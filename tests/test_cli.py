@@ -189,14 +189,13 @@ def test_the_env_ids_match_the_environments_and_are_refused_in_their_words():
     process registers them, for the installed gymnax, and the facts it records of a sample of them (observation
     shape, discrete actions, time limit) are the envs'; and before JAX (`jaxrl.catalog.check_env_id`) and after
     (`jaxrl.envs.check_env_id`), in that fresh process, each id gets the same refusal, or none; a suite's names are
-    those its adapter gives for the version recorded, with the facts of a sample of its envs. For another gymnax
-    version the early check judges no plain id and leaves them all to `validate`; so for another version of a suite
-    its names."""
+    those its adapter gives for the version recorded, with the facts of a sample of its envs (those of a Brax env
+    are held to its own in `tests/test_config_rules.py`). For another gymnax version the early check judges no
+    plain id and leaves them all to `validate`; so for another version of a suite its names."""
     from jaxrl import catalog
 
     sample = ["CartPole-v1", "Pendulum-v1", "Breakout-MinAtar", "MemoryChain-bsuite-L10", "DeepSea-bsuite",
-              "popgym-RepeatPreviousEasy-v0", "navix:Navix-Empty-5x5-v0", "xminigrid:MiniGrid-Empty-5x5",
-              "brax:inverted_pendulum"]  # fmt: skip
+              "popgym-RepeatPreviousEasy-v0", "navix:Navix-Empty-5x5-v0", "xminigrid:MiniGrid-Empty-5x5"]  # fmt: skip
 
     ids = ["CartPole-v0", "cartpole", "Nope", "MemoryChain-bsuite-L11", "popgym-CountRecallEasy-v1", "navx:Nope",
            "CartPole-v1", "MemoryChain-bsuite-L20", "popgym-RepeatPreviousHard-v0", "Breakout-MinAtar",

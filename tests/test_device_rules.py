@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 from test_parallel import run_on_two_devices, subprocess_env
 
 from jaxrl import device_rules
@@ -109,16 +108,21 @@ print(json.dumps([expected, len(jax.devices())]))
 """
 
 
-@pytest.mark.parametrize(("forced", "cpu_cores"), [(None, None), (3, None), (3, 2)])
-def test_the_expected_cpu_devices_are_those_jaxrl_train_makes(forced, cpu_cores):
-    """In a fresh process, the devices `expected_cpu_devices` reads before JAX starts (from --cpu-cores, XLA_FLAGS
-    or the cores) are those `jaxrl train`'s start makes (`start_jax`: --cpu-cores, else one per core)."""
-    command = [sys.executable, "-c", EXPECTED, json.dumps(cpu_cores)]
-    done = subprocess.run(command, env=subprocess_env(forced), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    expected, made = json.loads(done.stdout.strip().splitlines()[-1])
-    assert expected == made, (forced, cpu_cores, expected, made)
-    assert made == (cpu_cores or forced or device_rules.usable_cores())
+def test_the_expected_cpu_devices_are_those_jaxrl_train_makes():
+    """In fresh processes (run side by side), the devices `expected_cpu_devices` reads before JAX starts (from
+    --cpu-cores, XLA_FLAGS or the cores) are those `jaxrl train`'s start makes (`start_jax`: --cpu-cores, else one
+    per core), with XLA_FLAGS forcing no count or 3, and --cpu-cores absent or 2."""
+    variants = [(None, None), (3, None), (3, 2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", EXPECTED, json.dumps(cpu_cores)], env=subprocess_env(forced),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for forced, cpu_cores in variants
+    ]  # fmt: skip
+    for (forced, cpu_cores), proc in zip(variants, procs, strict=True):
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        expected, made = json.loads(out.strip().splitlines()[-1])
+        assert expected == made == (cpu_cores or forced or device_rules.usable_cores()), (forced, cpu_cores)
 
 
 def test_where_an_accelerator_may_be_there_the_devices_wait_for_jax(monkeypatch):
