@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from jaxrl import field_rules
 from jaxrl.catalog import CATALOG
@@ -61,8 +62,8 @@ def add_config_flags(parser: argparse.ArgumentParser, fields, title: str = "algo
 
 DESCRIPTION = (
     "Reinforcement learning compiled end to end in JAX. Errors are one line; --debug (anywhere) shows the traceback. "
-    "--env-module MODULE (anywhere, repeatable) imports MODULE first, so that the environments it registers with "
-    "jaxrl.envs.register are valid --env ids."
+    "--env-module MODULE (anywhere, repeatable) imports MODULE (a module name, or a .py file's path) first, so that "
+    "the environments it registers with jaxrl.envs.register are valid --env ids."
 )
 
 
@@ -95,9 +96,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def import_env_modules(argv: list[str]) -> list[str]:
     """Imports the module of every `--env-module MODULE` (or `--env-module=MODULE`, anywhere on the command line,
-    any number of times) and returns `argv` without them: a module that calls `jaxrl.envs.register` at import
-    makes its ids valid `--env` values for train, sweep and eval."""
+    any number of times; MODULE a module name, or the path of a .py file) and returns `argv` without them: a module
+    that calls `jaxrl.envs.register` at import makes its ids valid `--env` values for train, sweep and eval."""
     import importlib
+    import importlib.util
 
     rest, modules = [], []
     for arg in argv:
@@ -111,8 +113,17 @@ def import_env_modules(argv: list[str]) -> list[str]:
     if modules and os.getcwd() not in sys.path:  # `python -m` would find a module of the working folder too
         sys.path.insert(0, os.getcwd())
     for module in modules:
+        path = Path(module)
+        is_file = module.endswith(".py") or os.sep in module
+        if is_file and not path.is_file():
+            raise EnvModuleError(f"--env-module {module}: no such file.")
         try:
-            importlib.import_module(module)
+            if is_file:
+                spec = importlib.util.spec_from_file_location(path.stem, path)
+                loaded = sys.modules[path.stem] = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(loaded)
+            else:
+                importlib.import_module(module)
         except Exception as error:  # ImportError, but also whatever the module's own code raised
             raise EnvModuleError(f"--env-module {module} failed to import: {type(error).__name__}: {error}") from error
     return rest

@@ -41,6 +41,14 @@ def number(text: str) -> int:
     return int(value)
 
 
+def count(text: str) -> int:
+    """A positive integer (seeds, episodes, devices, cores, threads, points), in `number`'s spellings."""
+    value = number(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count >= 1")
+    return value
+
+
 def devices_value(text: str):
     """--devices: a positive count, "all" or "auto"."""
     if text in ("all", "auto"):
@@ -71,14 +79,14 @@ FLAG_KINDS = {
 # fmt: off
 PROCESS_FLAGS = [
     ("--coordinator", dict(default=None, metavar="HOST:PORT", help="multi-process: address of process 0")),
-    ("--num-processes", dict(type=int, default=1, help="multi-process: number of processes")),
+    ("--num-processes", dict(type=count, default=1, help="multi-process: number of processes")),
     ("--process-id", dict(type=int, default=None, help="multi-process: this process, 0 .. N-1")),
 ]
 QUIET_FLAG = ("--quiet", dict(action="store_true", help="print only the results (the final summary), warnings and"
     " errors: no status lines, no progress bar"))
 CACHE_FLAG = ("--compile-cache", dict(default=DEFAULT_CACHE, help="folder of JAX's persistent compilation cache"
         " (default $JAXRL_COMPILE_CACHE, else ~/.cache/jaxrl/xla); 'none' turns it off"))
-CPU_THREADS_FLAG = ("--cpu-threads", dict(type=number, default=None, help="XLA's CPU thread pool of N threads"
+CPU_THREADS_FLAG = ("--cpu-threads", dict(type=count, default=None, help="XLA's CPU thread pool of N threads"
     " (default: one per core this process may use); on one device, 1 runs small programs, such as DQN at 10 envs,"
     " faster"))
 TRAIN_FLAGS = [
@@ -111,9 +119,9 @@ TRAIN_FLAGS = [
     ("--device-independent", dict(action="store_true", default=None, help="compile without XLA's algebraic"
         " simplifier, so that each seed's numbers are the same bits on one device and with the seeds split over"
         " several (a little slower; a resume keeps it)")),
-    ("--cpu-cores", dict(type=number, default=None, help="make N XLA CPU devices (default: one per core this process"
+    ("--cpu-cores", dict(type=count, default=None, help="make N XLA CPU devices (default: one per core this process"
         " may use; one per process of a multi-process run)")),
-    ("--cpu-threads", dict(type=number, default=None, help="XLA's CPU thread pool of N threads (default: 1 for a"
+    ("--cpu-threads", dict(type=count, default=None, help="XLA's CPU thread pool of N threads (default: 1 for a"
         " small run on one device: an MLP of at most 128 units a layer, no image torso or core, at most 32 envs over"
         " all seeds; else one per core)")),
     *PROCESS_FLAGS,
@@ -127,22 +135,22 @@ TRAIN_FLAGS = [
 SWEEP_FLAGS = [
     ("--grid", dict(action="append", metavar="NAME=V1,V2", help="values of a hyperparameter field; several --grid"
         " flags give their cartesian product")),
-    ("--random", dict(type=int, default=None, metavar="N", help="draw N random points (with --dist)")),
+    ("--random", dict(type=count, default=None, metavar="N", help="draw N random points (with --dist)")),
     ("--dist", dict(action="append", metavar="NAME=KIND:LOW:HIGH", help="distribution of a field for --random:"
         " uniform, loguniform or int (both ends included) with LOW:HIGH, or a list V1,V2,... to choose from")),
     ("--random-seed", dict(type=int, default=0, help="seed of the --random draws")),
-    ("--seeds", dict(type=int, default=4, help="seeds per config")),
+    ("--seeds", dict(type=count, default=4, help="seeds per config")),
     ("--seed", dict(type=int, default=0, help="base random seed of the training runs")),
     ("--out", dict(default="sweep", help="folder for results.csv, summary.csv and sweep.json")),
     ("--final-fraction", dict(type=float, default=FINAL_FRACTION, help="fraction of the last iterations averaged into"
         " a run's final return")),
-    ("--points-per-program", dict(type=int, default=None, metavar="N", help="run the points in parts of N, one"
+    ("--points-per-program", dict(type=count, default=None, metavar="N", help="run the points in parts of N, one"
         " compiled program each, writing the results of the finished points after every part (default: all in one)")),
     ("--method", dict(default="jit", choices=["jit", "shard_map"], help="how the batch is sharded")),
-    ("--devices", dict(type=int, default=None, help="shard over the first N devices (default: all)")),
+    ("--devices", dict(type=count, default=None, help="shard over the first N devices (default: all)")),
     ("--device-independent", dict(action="store_true", help="compile without XLA's algebraic simplifier, so that"
         " every row is the same bits on any device count (a little slower)")),
-    ("--cpu-cores", dict(type=int, default=None, help="XLA CPU devices of this process (default: one per core it may"
+    ("--cpu-cores", dict(type=count, default=None, help="XLA CPU devices of this process (default: one per core it may"
         " use; one per process of a multi-process run)")),
     CPU_THREADS_FLAG,
     *PROCESS_FLAGS,
@@ -151,7 +159,7 @@ SWEEP_FLAGS = [
 ]
 EVAL_FLAGS = [
     ("run_dir", dict(help="run folder (with config.json and checkpoints/)")),
-    ("--episodes", dict(type=int, default=100, help="episodes per seed, played in parallel")),
+    ("--episodes", dict(type=count, default=100, help="episodes per seed, played in parallel")),
     ("--seed", dict(type=int, default=12345, help="seed of the evaluation episodes' keys")),
 ]
 PLOT_FLAGS = [
@@ -199,11 +207,11 @@ PBT_FLAGS = [
         " and reported apart (default 16; 0: no evaluation at the end)")),
     ("--no-progress", dict(action="store_true", help="hide the progress bar")),
     QUIET_FLAG,
-    ("--devices", dict(type=number, default=None, help="shard the members over the first N local devices (default:"
+    ("--devices", dict(type=count, default=None, help="shard the members over the first N local devices (default:"
         " all; the population a multiple of N); over several processes, always every process's devices (each"
         " process trains its share of the members; process 0 writes --out)")),
     *PROCESS_FLAGS,
-    ("--cpu-cores", dict(type=int, default=None, help="XLA CPU devices of this process (default: one per core it may"
+    ("--cpu-cores", dict(type=count, default=None, help="XLA CPU devices of this process (default: one per core it may"
         " use; one per process of a multi-process run)")),
     CPU_THREADS_FLAG,
     CACHE_FLAG,
@@ -213,17 +221,17 @@ RENDER_FLAGS = [
     ("--out", dict(default="episode.gif", help="animation to write, .gif or .mp4 (default episode.gif); the contact"
         " sheet goes beside it as .png")),
     ("--seed-index", dict(type=int, default=0, help="which of the run's seeds plays (default 0)")),
-    ("--episodes", dict(type=int, default=1, help="episodes played one after the other (default 1)")),
+    ("--episodes", dict(type=count, default=1, help="episodes played one after the other (default 1)")),
     ("--stochastic", dict(action="store_true", help="sample actions (default: the deterministic policy)")),
     ("--seed", dict(type=int, default=12345, help="seed of the episodes' keys (default 12345)")),
-    ("--fps", dict(type=int, default=20, help="frames per second of the animation (default 20)")),
+    ("--fps", dict(type=count, default=20, help="frames per second of the animation (default 20)")),
     ("--max-steps", dict(type=int, default=None, help="steps drawn of each episode at most (default: the env's time"
         " limit; Brax and MuJoCo Playground: 200)")),
 ]
 REPORT_FLAGS = [
     ("paths", dict(nargs="+", metavar="RUN_OR_SWEEP", help="run folders and sweep folders (or their results.csv)")),
     ("--out", dict(default="report", help="folder of report.md and its PNGs (default report)")),
-    ("--reps", dict(type=int, default=2000, help="bootstrap resamples of each interval (default 2000)")),
+    ("--reps", dict(type=count, default=2000, help="bootstrap resamples of each interval (default 2000)")),
     ("--seed", dict(type=int, default=0, help="seed of the bootstrap (default 0)")),
 ]
 COMMANDS = {  # command: (help, flags, its algorithms' group title or None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def start_jax(args, what: str) -> None:
     """Joins the processes of a multi-process command (--cpu-cores CPU devices each, default one), or makes
     --cpu-cores CPU devices (default: one per core this process may use), before JAX initialises its backend,
     with a CPU thread pool of --cpu-threads threads when given; turns on the compilation cache unless
-    --compile-cache none."""
+    --compile-cache none (a folder that cannot be made is one warning line, and the command goes on without it)."""
     from jaxrl.sweep.devices import default_cpu_cores, start_processes
 
     single = args.coordinator is None and args.num_processes == 1  # processes that share a host share its cores
@@ -46,7 +47,14 @@ def start_jax(args, what: str) -> None:
     if args.compile_cache.lower() != "none":
         from jaxrl.run.compile import enable_compilation_cache
 
-        enable_compilation_cache(args.compile_cache)
+        try:
+            os.makedirs(args.compile_cache, exist_ok=True)
+        except OSError as error:  # the cache saves compiles; a run goes on without it
+            reason = error.strerror or str(error)
+            print(f"jaxrl: warning: --compile-cache {args.compile_cache}: {reason}; compiling without the persistent "
+                  "cache", file=sys.stderr)  # fmt: skip
+        else:
+            enable_compilation_cache(args.compile_cache)
 
 
 def status(args, text: str) -> None:
@@ -155,7 +163,8 @@ def check_run_flags(args) -> None:
     """Refuses, in one line and before JAX starts, a count a `jaxrl train` run is given out of its range
     (`jaxrl.run.options`: --seeds, --seed, --chunks, --checkpoint-every, --eval-every, --eval-episodes,
     --seed-devices), and a resume given a setting its run does not have (`jaxrl.run.folder.check_resume`): a
-    resume's counts are its run's, with the --chunks, --checkpoint-every and --seed-devices given now."""
+    resume's counts are its run's, with the --chunks, --checkpoint-every and --seed-devices given now; then the
+    devices (`check_device_flags`), and --wandb without the wandb package."""
     from jaxrl.run import folder, options
 
     if args.resume:
@@ -166,6 +175,10 @@ def check_run_flags(args) -> None:
     options.check_counts(s["seeds"], s["seed"], args.chunks, args.checkpoint_every, s["eval_every"], s["eval_episodes"],
                   seed_devices)  # fmt: skip
     check_device_flags(args, s)
+    if args.wandb:
+        from jaxrl.run.logging import check_wandb_installed
+
+        check_wandb_installed()
 
 
 def check_device_flags(args, values: dict, population: int | None = None) -> None:
@@ -259,12 +272,12 @@ def train_command(args) -> int:
             made = made + [named] if lead else []
         plan = plan.with_options(run_dir=named)
     run_dir = Path(plan.options.run_dir)
-    if args.wandb and lead:
-        from jaxrl.run.logging import WandbSink
-
-        sink = WandbSink(args.wandb, name=run_dir.name, config={"algo": args.algo, **to_dict(config)})
-        plan = plan.with_options(sinks=[sink])
     try:
+        if args.wandb and lead:
+            from jaxrl.run.logging import WandbSink
+
+            sink = WandbSink(args.wandb, name=run_dir.name, config={"algo": args.algo, **to_dict(config)})
+            plan = plan.with_options(sinks=[sink])
         result = loop.execute(plan)
     except loop.Interrupted as stop:
         print(f"jaxrl: {stop.explain(args.algo, bool(args.resume))}", file=sys.stderr)

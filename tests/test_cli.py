@@ -55,7 +55,6 @@ def test_grid_and_random_flags():
         ("--grid learning_rate=-1,1e-3", "Config.learning_rate: got -1.0, must be > 0.0."),
         ("--grid activation=relu", "Config.activation: a static field"),
         ("--grid learning_rat=1e-3", "Config.learning_rat: unknown field, jaxrl.algos.ppo.Config has no field"),
-        ("--seeds 0", "need at least one seed"),
     ],
 )
 def test_bad_sweep_flags_are_clear_errors(flags, message, tmp_path, capsys):
@@ -343,14 +342,17 @@ def test_a_config_error_loads_no_distribution_library():
     assert done.stderr.strip() == "jaxrl: error: Config.learning_rate: got -1.0, must be > 0.0."
 
 
-def refused_before_jax(cases: list[tuple[list, str]]) -> None:
+def refused_before_jax(cases: list[tuple[list, str]], prefix: str = "jaxrl: error: ") -> None:
     """Runs each (argv, message) of `cases` through `jaxrl.cli.main` in one fresh process, and checks that each
-    exits 2 with one line `jaxrl: error: ...` holding its message, and that JAX, the algorithms and orbax were
-    never imported."""
+    exits 2 with one line `jaxrl: error: ...` (or `prefix` ...) holding its message, and that JAX, the algorithms
+    and orbax were never imported."""
     code = (
         "import sys, jaxrl.cli\n"
         f"for argv in {[[str(a) for a in argv] for argv, _ in cases]!r}:\n"
-        "    print(jaxrl.cli.main(argv))\n"
+        "    try:\n"
+        "        print(jaxrl.cli.main(argv))\n"
+        "    except SystemExit as stop:  # argparse's refusal of a flag's value\n"
+        "        print(stop.code)\n"
         "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'jaxrl.algos', 'orbax'))))"
     )
     done = python_c(code)
@@ -358,7 +360,7 @@ def refused_before_jax(cases: list[tuple[list, str]]) -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == len(cases), done.stderr
     for line, (argv, message) in zip(lines, cases, strict=True):
-        assert line.startswith("jaxrl: error: ") and message in line, (argv, line)
+        assert line.startswith(prefix) and message in line, (argv, line)
 
 
 def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
@@ -446,6 +448,22 @@ def test_fields_that_break_their_algorithm_rules_together_are_refused_before_jax
     ]
     cases += [case for case in suite_cases if catalog.recorded_version_installed(case[0][3])]
     refused_before_jax(cases)
+
+
+def test_a_count_flag_takes_a_positive_integer_before_jax_starts():
+    """A flag that counts (seeds, points, episodes, devices, cores, threads, processes) refuses 0 as it parses,
+    in argparse's words, before JAX starts."""
+    cases = [
+        (["sweep", "ppo", "--seeds", "0", "--grid", "gamma=0.9,0.99"], "argument --seeds: '0' is not a count >= 1"),
+        (["sweep", "ppo", "--random", "0"], "argument --random: '0' is not a count >= 1"),
+        (["sweep", "ppo", "--points-per-program", "0"], "argument --points-per-program: '0' is not a count >= 1"),
+        (["train", "ppo", "--cpu-threads", "0"], "argument --cpu-threads: '0' is not a count >= 1"),
+        (["train", "ppo", "--cpu-cores", "0"], "argument --cpu-cores: '0' is not a count >= 1"),
+        (["pbt", "ppo", "--devices", "0"], "argument --devices: '0' is not a count >= 1"),
+        (["eval", "runs/x", "--episodes", "0"], "argument --episodes: '0' is not a count >= 1"),
+        (["train", "ppo", "--num-processes", "-1"], "argument --num-processes: '-1' is not a count >= 1"),
+    ]
+    refused_before_jax(cases, prefix="jaxrl ")
 
 
 def test_the_devices_of_one_cpu_process_are_checked_before_jax_starts(tmp_path):
@@ -638,3 +656,23 @@ def test_a_terminal_hears_the_compile_and_whether_the_cache_held_it(tmp_path):
     piped = subprocess.run([*command, *cache, "--run-dir", str(tmp_path / "pipe")], capture_output=True, text=True,
                            env=env, timeout=900)  # fmt: skip
     assert piped.returncode == 0 and "compiling" not in piped.stderr and "compiled in" not in piped.stderr
+
+
+def test_a_compile_cache_folder_that_cannot_be_made_is_one_warning(tmp_path, capsys):
+    """--compile-cache naming a folder that cannot be made (under a file): one warning line, and the command goes
+    on compiling without the persistent cache (JAX's cache folder unchanged)."""
+    import argparse
+
+    import jax
+
+    from jaxrl import commands
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    before = jax.config.jax_compilation_cache_dir
+    args = argparse.Namespace(coordinator=None, num_processes=1, process_id=None, cpu_cores=None, cpu_threads=None,
+                              compile_cache=str(blocker / "xla"))  # fmt: skip
+    commands.start_jax(args, "training")
+    warning = f"--compile-cache {blocker / 'xla'}: Not a directory; compiling without the persistent cache"
+    assert capsys.readouterr().err == f"jaxrl: warning: {warning}\n"
+    assert jax.config.jax_compilation_cache_dir == before

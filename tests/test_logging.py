@@ -103,3 +103,30 @@ def test_wandb_sink_offline(tmp_path, monkeypatch):
     assert summary["seed_1/value_loss"] == pytest.approx(float(metrics["value_loss"][1, 3]), rel=1e-6)
     assert wandb.run is None  # finished
     assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))  # written locally, no network
+
+
+def test_wandb_without_a_login_is_one_line_and_leaves_no_run_folder(tmp_path, monkeypatch, capsys):
+    """`jaxrl train --wandb PROJECT` where wandb has no login: one line (exit 2) that names the project, wandb's
+    reason and the ways on (a login, or WANDB_MODE=offline), and the run folder it had named is gone; without the
+    wandb package, the install command."""
+    import importlib.util
+
+    from jaxrl import cli
+
+    wandb = pytest.importorskip("wandb")
+
+    def no_login(**_):
+        raise wandb.errors.UsageError("No API key configured. Use `wandb login` to log in.")
+
+    monkeypatch.setattr(wandb, "init", no_login)
+    flags = "--num-envs 4 --num-steps 8 --total-timesteps 64 --num-minibatches 2 --update-epochs 1 --no-progress"
+    argv = ["train", "ppo", *flags.split(), "--runs-dir", str(tmp_path / "runs"), "--wandb", "proj"]
+    assert cli.main(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("jaxrl: error: wandb project 'proj': No API key configured.") and "\n" not in line, line
+    assert "WANDB_MODE=offline" in line and "wandb login" in line
+    assert not (tmp_path / "runs").exists()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ImportError, match=r"pip install 'jaxrl\[wandb\]'"):
+        logging.check_wandb_installed()

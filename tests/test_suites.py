@@ -522,6 +522,22 @@ def test_registered_vec_env_and_refused_ids():
 
 
 @pytest.mark.slow
+def test_an_env_module_may_be_a_files_path(tmp_path):
+    """`--env-module ./my_corridor.py` imports that file (its ids registered, the flag taken out of argv); a path
+    to no file is one line naming it."""
+    from jaxrl import cli
+
+    (tmp_path / "my_corridor_file.py").write_text(CORRIDOR)
+    try:
+        rest = cli.import_env_modules(["--env-module", str(tmp_path / "my_corridor_file.py"), "train", "ppo"])
+        assert rest == ["train", "ppo"] and "mine:Corridor-v0" in envs._REGISTERED
+    finally:
+        envs._REGISTERED.pop("mine:Corridor-v0", None)
+        sys.modules.pop("my_corridor_file", None)
+    with pytest.raises(cli.EnvModuleError, match=r"^--env-module \S*nope\.py: no such file\.$"):
+        cli.import_env_modules([f"--env-module={tmp_path / 'nope.py'}", "train", "ppo"])
+
+
 def test_cli_env_module_registers_for_train(corridor_module, tmp_path):
     """`jaxrl --env-module MODULE train ppo --env mine:Corridor-v0` imports MODULE first; without it the id is
     an unknown suite, one line."""

@@ -125,6 +125,17 @@ class TensorBoardSink:
         self.writer.close()
 
 
+WANDB_MISSING = "the wandb sink needs the wandb package: pip install 'jaxrl[wandb]'"
+
+
+def check_wandb_installed() -> None:
+    """Refuses (ImportError, `WANDB_MISSING`) where wandb is not installed, without importing it."""
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        raise ImportError(WANDB_MISSING)
+
+
 class WandbSink:
     """A Weights & Biases run: per iteration the mean over seeds of every metric (`NAME`, NaN-free seeds
     only) and, with several seeds, each seed (`seed_S/NAME`), at step = env steps.
@@ -137,9 +148,15 @@ class WandbSink:
         try:
             import wandb
         except ImportError as error:
-            raise ImportError("the wandb sink needs the wandb package: pip install 'jaxrl[wandb]'") from error
+            raise ImportError(WANDB_MISSING) from error
         directory = None if directory is None else str(directory)
-        self.run = wandb.init(project=project, name=name, config=config, dir=directory, **init)
+        try:
+            self.run = wandb.init(project=project, name=name, config=config, dir=directory, **init)
+        except wandb.errors.Error as error:  # not logged in, a project it refuses
+            raise ValueError(
+                f"wandb project {project!r}: {str(error).rstrip('.')}; without a login (`wandb login`, or "
+                "WANDB_API_KEY), WANDB_MODE=offline writes the run locally, to `wandb sync` later."
+            ) from error
 
     def write(self, metrics: dict[str, np.ndarray], first_iteration: int, steps_per_iteration: int, wall_s=None):
         names = sorted(metrics)
