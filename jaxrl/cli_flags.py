@@ -95,7 +95,7 @@ TRAIN_FLAGS = [
     ("--runs-dir", dict(default="runs", help="parent folder of the run folder")),
     ("--run-dir", dict(default=None, help="exact run folder (overrides --runs-dir)")),
     ("--chunks", dict(type=number, default=20, help="compiled chunks (progress updates) per run")),
-    ("--target-return", dict(type=float, default=None, help="also report the seconds until each seed's return first"
+    ("--target-return", dict(type=real, default=None, help="also report the seconds until each seed's return first"
         " reached this")),
     ("--no-progress", dict(action="store_true", help="hide the progress bar")),
     QUIET_FLAG,
@@ -225,7 +225,7 @@ RENDER_FLAGS = [
     ("--stochastic", dict(action="store_true", help="sample actions (default: the deterministic policy)")),
     ("--seed", dict(type=int, default=12345, help="seed of the episodes' keys (default 12345)")),
     ("--fps", dict(type=count, default=20, help="frames per second of the animation (default 20)")),
-    ("--max-steps", dict(type=int, default=None, help="steps drawn of each episode at most (default: the env's time"
+    ("--max-steps", dict(type=count, default=None, help="steps drawn of each episode at most (default: the env's time"
         " limit; Brax and MuJoCo Playground: 200)")),
 ]
 REPORT_FLAGS = [

@@ -147,7 +147,8 @@ def config_values(algo: str, args: argparse.Namespace) -> dict:
 def check_run_folder(args, new_dir: str | None) -> None:
     """Refuses, in one line and before JAX starts, a folder the command cannot use: a --resume folder that is not a
     run folder (or, for train, holds another algorithm's run), or, in a run of one process, the new run's named
-    folder `new_dir` when it is a file or holds a run. The run checks again when it claims its folder."""
+    folder `new_dir` when it is a file, holds a run or cannot be made (nor train's --runs-dir, where no folder is
+    named). The run checks again when it claims its folder."""
     from jaxrl.run import folder
 
     if args.resume:
@@ -155,8 +156,12 @@ def check_run_folder(args, new_dir: str | None) -> None:
             folder.resumed_run(Path(args.resume), args.algo)
         else:
             folder.read_run_folder(Path(args.resume))
-    elif new_dir is not None and args.coordinator is None and args.num_processes == 1:
-        folder.check_new_run_dir(Path(new_dir))
+    elif args.coordinator is None and args.num_processes == 1:
+        if new_dir is not None:
+            folder.check_new_run_dir(Path(new_dir))
+            folder.check_folder_can_be_made(Path(new_dir), f"run folder {new_dir}")
+        elif args.command == "train":
+            folder.check_folder_can_be_made(Path(args.runs_dir), f"--runs-dir {args.runs_dir}")
 
 
 def check_run_flags(args) -> None:
@@ -299,6 +304,10 @@ def run_sweep(args) -> int:
     """`jaxrl sweep ALGO ...`: one compiled program over configs x seeds, sharded over the devices of one or
     several processes; process 0 writes results.csv, summary.csv and sweep.json to --out."""
     check_config_flags(args)
+    from jaxrl.run import folder
+
+    if args.coordinator is None and args.num_processes == 1:
+        folder.check_folder_can_be_made(Path(args.out), f"--out {args.out}")
     from jaxrl import sweep
     from jaxrl.algos import ALGORITHMS
     from jaxrl.algos.base import to_dict
@@ -315,7 +324,7 @@ def run_sweep(args) -> int:
         points = sweep.space.from_flags(base, args.grid, args.random, args.dist, args.random_seed)
         devices = sweep.program.sweep_devices(base, len(points), args.seeds, args.devices)
         if jax.process_index() == 0:  # where the results go must be writable before anything trains
-            Path(args.out).mkdir(parents=True, exist_ok=True)
+            folder.make_folder(Path(args.out), f"--out {args.out}")
         counts = f"{len(points)} config(s) x {args.seeds} seed(s) over {len(devices)} device(s)"
         if jax.process_index() == 0 and not args.quiet:
             print(f"sweep {args.algo} on {base.env}: {counts} in {jax.process_count()} process(es)", flush=True)

@@ -365,8 +365,9 @@ def refused_before_jax(cases: list[tuple[list, str]], prefix: str = "jaxrl: erro
 
 def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
     """A --resume folder that is missing, is not a run folder or holds another algorithm's run, a new run's
-    --run-dir (pbt: --out) that is a file or holds a run, and a folder given to eval or render that is not a run
-    folder: each is one line (exit 2) from a process that never imports JAX, an algorithm or orbax."""
+    --run-dir (pbt: --out) that is a file or holds a run, a new run's folder (--run-dir, --runs-dir, sweep's and
+    pbt's --out) that cannot be made, and a folder given to eval or render that is not a run folder: each is one
+    line (exit 2) from a process that never imports JAX, an algorithm or orbax."""
     run, empty, file, missing = tmp_path / "run", tmp_path / "empty", tmp_path / "file", tmp_path / "missing"
     run.mkdir()
     empty.mkdir()
@@ -383,11 +384,19 @@ def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
         (["pbt", "ppo", "--resume", empty], f"{empty} is not a run folder (no config.json)."),
         (["eval", missing], f"{missing}: no such run folder."),
         (["render", empty], f"{empty} is not a run folder (no config.json)."),
+        (["train", "ppo", "--run-dir", file / "a"], f"cannot create run folder {file / 'a'}: Not a directory."),
+        (["train", "ppo", "--runs-dir", file / "a"], f"cannot create --runs-dir {file / 'a'}: Not a directory."),
+        (["sweep", "ppo", "--out", file / "a"], f"cannot create --out {file / 'a'}: Not a directory."),
+        (["pbt", "ppo", "--out", file / "a", "--explore", "ent_coef=uniform:0:0.1"], "cannot create run folder"),
     ]
     refused_before_jax(cases)
     assert file.read_text() == "not a folder" and sorted(p.name for p in run.iterdir()) == [
         "config.json", "summary.json"
     ]  # fmt: skip
+    from jaxrl.run import folder
+
+    folder.check_folder_can_be_made(empty / "a" / "b", "run folder")  # made, then removed again
+    assert list(empty.iterdir()) == []
 
 
 def test_a_flag_value_its_field_refuses_is_refused_before_jax_starts():
@@ -451,8 +460,9 @@ def test_fields_that_break_their_algorithm_rules_together_are_refused_before_jax
 
 
 def test_a_count_flag_takes_a_positive_integer_before_jax_starts():
-    """A flag that counts (seeds, points, episodes, devices, cores, threads, processes) refuses 0 as it parses,
-    in argparse's words, before JAX starts."""
+    """A flag that counts (seeds, points, episodes, steps, devices, cores, threads, processes) refuses 0 as it
+    parses, in argparse's words, before JAX starts; so does a target return that is not a finite number (it would
+    reach summary.json as NaN)."""
     cases = [
         (["sweep", "ppo", "--seeds", "0", "--grid", "gamma=0.9,0.99"], "argument --seeds: '0' is not a count >= 1"),
         (["sweep", "ppo", "--random", "0"], "argument --random: '0' is not a count >= 1"),
@@ -462,6 +472,8 @@ def test_a_count_flag_takes_a_positive_integer_before_jax_starts():
         (["pbt", "ppo", "--devices", "0"], "argument --devices: '0' is not a count >= 1"),
         (["eval", "runs/x", "--episodes", "0"], "argument --episodes: '0' is not a count >= 1"),
         (["train", "ppo", "--num-processes", "-1"], "argument --num-processes: '-1' is not a count >= 1"),
+        (["render", "runs/x", "--max-steps", "0"], "argument --max-steps: '0' is not a count >= 1"),
+        (["train", "ppo", "--target-return", "nan"], "argument --target-return: 'nan' is not a finite number"),
     ]
     refused_before_jax(cases, prefix="jaxrl ")
 

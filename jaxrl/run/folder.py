@@ -53,10 +53,7 @@ def make_run_dir(root: str | Path, algo_name: str, config, create: bool = True) 
     path, nothing made."""
     name = run_dir_name(algo_name, config.env, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     if create:
-        try:
-            Path(root).mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise RunDirError(f"cannot create --runs-dir {root}: {error.strerror or error}.") from error
+        make_folder(Path(root), f"--runs-dir {root}")
     for suffix in range(1, 10_000):
         path = Path(root) / (name if suffix == 1 else f"{name}-{suffix}")
         if not create:
@@ -222,11 +219,7 @@ def claim_new(run_dir: Path) -> tuple[RunLock, list[Path], bool]:
     (removed again if the run stops before its first chunk) and whether it starts over a run that never
     checkpointed (`never_checkpointed`)."""
     check_new_run_dir(run_dir)
-    created = [p for p in [*reversed(run_dir.parents), run_dir] if not p.exists()]
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise RunDirError(f"cannot create run folder {run_dir}: {error.strerror or error}.") from error
+    created = make_folder(run_dir, f"run folder {run_dir}")
     lock = RunLock(run_dir)
     try:
         lock.acquire()
@@ -252,6 +245,24 @@ def check_new_run_dir(run_dir: Path) -> None:
     existing = holds_run(run_dir) if run_dir.is_dir() else []
     if existing and not never_checkpointed(run_dir):
         raise RunDirError(_holds_message(run_dir, existing))
+
+
+def make_folder(path: Path, what: str) -> list[Path]:
+    """Makes the folder `path` (and its parents); returns the folders made. RunDirError, one line naming `what`
+    (`run folder X`, `--runs-dir X`, `--out X`), where it cannot be made."""
+    path = Path(path)
+    made = [p for p in [*reversed(path.parents), path] if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        remove(made, [])
+        raise RunDirError(f"cannot create {what}: {error.strerror or error}.") from error
+    return made
+
+
+def check_folder_can_be_made(path: Path, what: str) -> None:
+    """`make_folder`'s refusal before anything runs: the folder is made and what was made removed again."""
+    remove(make_folder(path, what), [])
 
 
 def _holds_message(run_dir: Path, existing: list[str]) -> str:
