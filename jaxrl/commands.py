@@ -82,9 +82,12 @@ def check_config_flags(args) -> None:
     from jaxrl import catalog, config_rules, field_rules
 
     entry = catalog.CATALOG[args.algo]
-    given = (name for name, *_ in entry["fields"] if hasattr(args, name))
-    field_rules.check_values({name: getattr(args, name) for name in given})
+    given = {name: getattr(args, name) for name, *_ in entry["fields"] if hasattr(args, name)}
     kinds = {name: kind for name, kind, *_ in entry["fields"]}
+    for name, value in given.items():
+        if kinds[name] == "tuple" and value is not None:
+            field_rules.check_positive_ints(name, value)
+    field_rules.check_values(given)
     values, env = config_values(args.algo, args), None
     if not getattr(args, "resume", None) and "jaxrl.envs" not in sys.modules:  # an --env-module may have registered ids
         catalog.check_env_id(values["env"])

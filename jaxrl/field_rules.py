@@ -10,6 +10,7 @@ the network.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Mapping
 
 
@@ -153,6 +154,14 @@ def check(condition: bool, field: str, message: str) -> None:
     """Raises ValueError("Config.<field>: <message>") unless `condition`."""
     if not condition:
         raise ValueError(f"Config.{field}: {message}")
+
+
+def check_positive_ints(field: str, value) -> None:
+    """A field of integers (a tuple default, such as `hidden_sizes`): a tuple or list of integers >= 1."""
+    whole = isinstance(value, (tuple, list)) and all(
+        isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= 1 for x in value
+    )
+    check(whole, field, f"got {value!r}, must be positive integers (e.g. 64,64).")
 
 
 def _all(values, test) -> bool:

@@ -408,6 +408,7 @@ def test_a_flag_value_its_field_refuses_is_refused_before_jax_starts():
         (["train", "ppo", "--learning-rate", "-1"], "Config.learning_rate: got -1.0, must be > 0.0."),
         (["train", "ppo", "--gamma", "1.5"], "Config.gamma: got 1.5, must be <= 1.0."),
         (["train", "ppo", "--num-envs", "0"], "Config.num_envs: got 0, must be an integer >= 1."),
+        (["train", "ppo", "--hidden-sizes", "0,64"], "Config.hidden_sizes: got (0, 64), must be positive integers"),
         (["train", "ppo", "--activation", "sigmoid"], "Config.activation: 'sigmoid' is not one of tanh, relu,"),
         (["train", "dqn", "--tau", "0", "--resume", "anywhere"], "Config.tau: got 0.0, must be > 0.0."),
         (["train", "sac", "--alpha-learning-rate", "0"], "Config.alpha_learning_rate: got 0.0, must be > 0.0."),

@@ -123,3 +123,16 @@ def test_under_a_preset_the_rules_before_jax_refuse_what_validate_refuses(algo, 
 
 # Flags on top of a preset: none, then each breaking a rule with some preset's own values.
 PRESET_CASES = [{}, {"total_timesteps": 1}, {"num_envs": 5, "num_steps": 101}, {"num_envs": 3, "buffer_size": 100}]
+
+
+def test_a_tuple_fields_rule_before_jax_is_the_one_validate_applies():
+    """`hidden_sizes` (the tuple field) checked before JAX (`field_rules.check_positive_ints`) refuses what PPO's
+    and SAC's `validate` refuse, in their words, and passes what they pass."""
+    from jaxrl import field_rules
+
+    for algo in ("ppo", "sac"):
+        module = ALGORITHMS[algo]
+        for value in [(0, 64), (64, -1), (64, 64), (8,)]:
+            early = refusal(field_rules.check_positive_ints, "hidden_sizes", value)
+            late = refusal(module.validate, module.Config(hidden_sizes=value))
+            assert early == late and (early is None) == (min(value) >= 1), (algo, value, early, late)

@@ -372,8 +372,7 @@ def check_fields(config) -> None:
         elif isinstance(default, str):
             check(isinstance(value, str), name, f"got {value!r} ({type(value).__name__}), must be a string.")
         elif isinstance(default, tuple) and all(_is_int(x) for x in default):
-            ok = isinstance(value, (tuple, list)) and all(_is_int(x) and x >= 1 for x in value)
-            check(ok, name, f"got {value!r}, must be positive integers (e.g. 64,64).")
+            field_rules.check_positive_ints(name, value)
         field_rules.check_value(name, value)
 
 
