@@ -353,6 +353,35 @@ def test_seeds_split_over_two_processes_equal_one_process_bit_for_bit(tmp_path, 
         assert "seed_devices=3: over 2 processes each process takes the same number" in output, output[-2000:]
 
 
+@pytest.mark.extended
+def test_a_resume_over_two_processes_may_switch_from_envs_split_to_seeds_split(tmp_path, cache):
+    """A 2-seed run over 2 processes with `--devices all` (each seed's envs split over both processes' devices),
+    cut back to its first checkpoint and resumed over 2 processes with `--devices auto` (whole seeds on each
+    process's device): both processes exit 0, the resume says its seed split, the rows before the cut are the
+    first run's, every iteration of both seeds is logged once, and summary.json records 2 seed devices."""
+    envs_split = tmp_path / "envs"
+    outputs = wait_all(launch(train_processes(*TRAIN, "--devices", "all", "--run-dir", str(envs_split)), tmp_path,
+                              cache), TIMEOUT_S)  # fmt: skip
+    assert "process 1: done" in outputs[1], outputs[1][-2000:]
+    before = json.loads((envs_split / "summary.json").read_text())
+    assert before["devices"] == 2 and before.get("seed_devices", 1) == 1, before  # each seed over both devices
+    cut = tmp_path / "cut"
+    shutil.copytree(envs_split, cut)
+    shutil.rmtree(cut / "checkpoints" / str(TRAIN_ITERATIONS))  # back to the checkpoint after chunk 1
+    procs = launch(train_processes("train", "ppo", "--resume", str(cut)), tmp_path, cache)
+    outputs = wait_all(procs, TIMEOUT_S)
+    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"resume, process {i}:\n{output[-3000:]}"
+    assert "on 2 devices, 1 seed(s) each" in outputs[0], outputs[0][-2000:]
+    first, resumed = metric_rows(envs_split), metric_rows(cut)
+    assert [(r["seed"], r["iteration"]) for r in resumed] == [(r["seed"], r["iteration"]) for r in first]
+    half = TRAIN_ITERATIONS // 2
+    kept = [r for r in first if int(r["iteration"]) < half]
+    assert [r for r in resumed if int(r["iteration"]) < half] == kept  # written before the cut, kept as they were
+    summary = json.loads((cut / "summary.json").read_text())
+    assert summary["seed_devices"] == 2 and summary["seeds"] == 2
+
+
 @pytest.mark.slow
 def test_train_over_two_processes_fails_together(tmp_path, cache):
     """A run folder that process 0 refuses (it holds a run): process 0 exits with its one-line error and
