@@ -484,9 +484,13 @@ def _pbt_refusal(error: BaseException) -> int:
 
 
 def render_command(args) -> int:
+    from jaxrl.render_request import check_out, check_seed_index
     from jaxrl.run.folder import read_run_folder
 
-    read_run_folder(Path(args.run_dir))  # before JAX starts: a wrong folder is refused at once
+    saved = read_run_folder(Path(args.run_dir))  # before JAX starts: a wrong folder or request is refused at once
+    check_out(args.out)
+    if isinstance(saved.get("seeds"), int):
+        check_seed_index(args.seed_index, saved["seeds"])
     from jaxrl.render import prefer_offscreen_gl, render_run
 
     prefer_offscreen_gl()  # before anything imports MuJoCo

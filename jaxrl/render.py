@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.render_request import check_out, check_seed_index
 from jaxrl.rollout import RecurrentAct
 
 RENDERABLE = (
@@ -334,13 +335,10 @@ def render_run(
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"--max-steps {max_steps}: need at least one step.")
     out = Path(out)
-    if out.suffix.lower() not in (".gif", ".mp4"):
-        raise ValueError(f"--out {out}: write a .gif or an .mp4.")
+    check_out(out)
     saved, module, config, iteration, states = restore_latest(Path(run_dir))
     check_renderable(config.env)  # one line for an env without a renderer, before playing
-    seeds = int(jax.tree.leaves(states)[0].shape[0])
-    if not 0 <= seed_index < seeds:
-        raise ValueError(f"--seed-index {seed_index}: the run has seeds 0 to {seeds - 1}.")
+    check_seed_index(seed_index, int(jax.tree.leaves(states)[0].shape[0]))
     state = jax.tree.map(lambda x: x[seed_index], states)
     act, normalize = base.evaluation_policy(config, state, deterministic=deterministic, algo=module)
     frames, lines = [], [f"{run_dir}: {saved['algo']} on {config.env}, seed {seed_index}, iteration {iteration}"]

@@ -366,8 +366,9 @@ def refused_before_jax(cases: list[tuple[list, str]], prefix: str = "jaxrl: erro
 def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
     """A --resume folder that is missing, is not a run folder or holds another algorithm's run, a new run's
     --run-dir (pbt: --out) that is a file or holds a run, a new run's folder (--run-dir, --runs-dir, sweep's and
-    pbt's --out) that cannot be made, and a folder given to eval or render that is not a run folder: each is one
-    line (exit 2) from a process that never imports JAX, an algorithm or orbax."""
+    pbt's --out) that cannot be made, a folder given to eval or render that is not a run folder, and a render of
+    another file type or of a seed the run does not have: each is one line (exit 2) from a process that never
+    imports JAX, an algorithm or orbax."""
     run, empty, file, missing = tmp_path / "run", tmp_path / "empty", tmp_path / "file", tmp_path / "missing"
     run.mkdir()
     empty.mkdir()
@@ -384,6 +385,8 @@ def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
         (["pbt", "ppo", "--resume", empty], f"{empty} is not a run folder (no config.json)."),
         (["eval", missing], f"{missing}: no such run folder."),
         (["render", empty], f"{empty} is not a run folder (no config.json)."),
+        (["render", run, "--out", "episode.avi"], "--out episode.avi: write a .gif or an .mp4."),
+        (["render", run, "--seed-index", "5"], "--seed-index 5: the run has seeds 0 to 0."),
         (["train", "ppo", "--run-dir", file / "a"], f"cannot create run folder {file / 'a'}: Not a directory."),
         (["train", "ppo", "--runs-dir", file / "a"], f"cannot create --runs-dir {file / 'a'}: Not a directory."),
         (["sweep", "ppo", "--out", file / "a"], f"cannot create --out {file / 'a'}: Not a directory."),

@@ -27,6 +27,7 @@ LAYERS = {
     "plot": 3,
     "report": 3,
     "render": 3,
+    "render_request": 0,  # what jaxrl render is asked for: imports nothing, so it is checked before JAX starts
     "catalog": 3,  # describes the algorithms for the command line (imports them only to regenerate)
     "sweep_flags": 3,  # the text of jaxrl sweep's flags read into values: imports nothing, so they are read before JAX
     "algos": 2,
