@@ -314,6 +314,19 @@ def test_train_over_two_processes_writes_one_run_folder(tmp_path, cache):
     assert_trees_close(final_state(cut), final_state(two), rtol=0, atol=0)  # bit for bit, keys included
 
 
+def resume_cut_over_two_processes(run_dir, tmp_path, cache):
+    """A copy of `run_dir` cut back to its checkpoint after chunk 1 (of 2), resumed over 2 processes: (the copy,
+    the processes' outputs), once both exited 0 (or the test fails)."""
+    cut = tmp_path / "cut"
+    shutil.copytree(run_dir, cut)
+    shutil.rmtree(cut / "checkpoints" / str(TRAIN_ITERATIONS))
+    procs = launch(train_processes("train", "ppo", "--resume", str(cut)), tmp_path, cache)
+    outputs = wait_all(procs, TIMEOUT_S)
+    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"resume, process {i}:\n{output[-3000:]}"
+    return cut, outputs
+
+
 @pytest.mark.extended
 def test_seeds_split_over_two_processes_equal_one_process_bit_for_bit(tmp_path, cache):
     """`jaxrl train ... --seeds 3 --device-independent` over 2 processes (1 CPU device each): `--devices auto`
@@ -336,13 +349,7 @@ def test_seeds_split_over_two_processes_equal_one_process_bit_for_bit(tmp_path, 
 
     assert "deterministic" in cli("eval", str(two), "--episodes", "2")  # one process, one device
 
-    cut = tmp_path / "cut"
-    shutil.copytree(two, cut)
-    shutil.rmtree(cut / "checkpoints" / str(TRAIN_ITERATIONS))  # back to the checkpoint after chunk 1
-    procs = launch(train_processes("train", "ppo", "--resume", str(cut)), tmp_path, cache)
-    outputs = wait_all(procs, TIMEOUT_S)
-    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
-        assert proc.returncode == 0, f"resume, process {i}:\n{output[-3000:]}"
+    cut, _ = resume_cut_over_two_processes(two, tmp_path, cache)
     for got, want in zip(metric_rows(cut), rows, strict=True):
         assert {k: v for k, v in got.items() if k != "wall_s"} == {k: v for k, v in want.items() if k != "wall_s"}
     assert_trees_close(final_state(cut), final_state(two), rtol=0, atol=0)
@@ -365,13 +372,7 @@ def test_a_resume_over_two_processes_may_switch_from_envs_split_to_seeds_split(t
     assert "process 1: done" in outputs[1], outputs[1][-2000:]
     before = json.loads((envs_split / "summary.json").read_text())
     assert before["devices"] == 2 and before.get("seed_devices", 1) == 1, before  # each seed over both devices
-    cut = tmp_path / "cut"
-    shutil.copytree(envs_split, cut)
-    shutil.rmtree(cut / "checkpoints" / str(TRAIN_ITERATIONS))  # back to the checkpoint after chunk 1
-    procs = launch(train_processes("train", "ppo", "--resume", str(cut)), tmp_path, cache)
-    outputs = wait_all(procs, TIMEOUT_S)
-    for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
-        assert proc.returncode == 0, f"resume, process {i}:\n{output[-3000:]}"
+    cut, outputs = resume_cut_over_two_processes(envs_split, tmp_path, cache)
     assert "on 2 devices, 1 seed(s) each" in outputs[0], outputs[0][-2000:]
     first, resumed = metric_rows(envs_split), metric_rows(cut)
     assert [(r["seed"], r["iteration"]) for r in resumed] == [(r["seed"], r["iteration"]) for r in first]
