@@ -44,12 +44,15 @@ def check_population_split(population: int, devices: int, processes: int) -> Non
         )
 
 
+def divided_names(fields: Mapping) -> list[str]:
+    """The `DIVIDED` fields a Config (`fields`, by name) has; not `num_envs` where it counts groups (`num_groups`)."""
+    return [name for name in DIVIDED if name in fields and not (name == "num_envs" and "num_groups" in fields)]
+
+
 def check_divides(fields: Mapping, size: int) -> None:
-    """Refuses a Config (`fields`: its field names to values) whose `DIVIDED` fields `size` devices do not
-    divide; `num_envs` is not divided where the Config counts groups (`num_groups`)."""
-    for name in DIVIDED:
-        if name not in fields or (name == "num_envs" and "num_groups" in fields):
-            continue
+    """Refuses a Config (`fields`: its field names to values) whose `divided_names` fields `size` devices do not
+    divide."""
+    for name in divided_names(fields):
         value = fields[name]
         if value % size:
             fix = -(-value // size) * size
@@ -60,13 +63,9 @@ def check_divides(fields: Mapping, size: int) -> None:
 
 
 def divided(fields: Mapping, size: int) -> dict:
-    """The fields of a Config (`fields`, by name) that each of `size` devices holds its share of: the `DIVIDED`
-    ones divided by `size` (not `num_envs` where the Config counts groups), `learning_starts` divided rounded up."""
-    shares = {
-        name: fields[name] // size
-        for name in DIVIDED
-        if name in fields and not (name == "num_envs" and "num_groups" in fields)
-    }
+    """The fields of a Config (`fields`, by name) that each of `size` devices holds its share of: the
+    `divided_names` ones divided by `size`, `learning_starts` divided rounded up."""
+    shares = {name: fields[name] // size for name in divided_names(fields)}
     if "learning_starts" in fields:
         shares["learning_starts"] = -(-fields["learning_starts"] // size)
     return shares
