@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -500,6 +501,37 @@ def test_exact_resume_after_ctrl_c(finished, tmp_path, monkeypatch):
         run_tiny(run_dir=run, checkpoint_every=10)
     assert stop.value.iteration == 4 and not stop.value.compiling and not (run / folder.LOCK).exists()
     monkeypatch.setattr(logging.CsvSink, "write", write)
+    resumed = run_tiny(run_dir=run, resume=True)
+    assert resumed.iterations_run == 2
+    _, full_state, full_metrics = checkpoint.restore(finished / "checkpoints", resumed.state, _info(finished))
+    assert_trees_close(resumed.state, full_state, rtol=0, atol=0)
+    assert_trees_close(resumed.metrics, full_metrics, rtol=0, atol=0)
+    assert _rows(run) == _rows(finished)
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_while_a_chunk_runs_keeps_that_chunk(finished, tmp_path, monkeypatch):
+    """A chunk consumes the state it is given (donated), so a stop that lands before its result is held could
+    save no state. Two Ctrl-C's as the second chunk's result arrives (the earliest Python can run their handler):
+    the run stops at that boundary with the second chunk saved, and the resume equals the uninterrupted run bit for
+    bit."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("the run installs its signal handlers in the main thread only")
+    check = loop._check_finite
+
+    def two_ctrl_c_in_the_second_chunk(plan, held, *args):
+        if held.done == 2:  # the first chunk held 2 iterations
+            assert all(x.is_deleted() for x in jax.tree.leaves(held.state))  # the second chunk consumed it
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+        return check(plan, held, *args)
+
+    monkeypatch.setattr(loop, "_check_finite", two_ctrl_c_in_the_second_chunk)
+    run = tmp_path / "run"
+    with pytest.raises(loop.Interrupted) as stop:
+        run_tiny(run_dir=run, checkpoint_every=10)
+    assert stop.value.iteration == 4 and checkpoint.latest_iteration(run / "checkpoints") == 4
+    monkeypatch.setattr(loop, "_check_finite", check)
     resumed = run_tiny(run_dir=run, resume=True)
     assert resumed.iterations_run == 2
     _, full_state, full_metrics = checkpoint.restore(finished / "checkpoints", resumed.state, _info(finished))

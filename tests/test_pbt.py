@@ -551,6 +551,25 @@ def test_chunk_plan_cuts_whole_ready_blocks():
     assert pbt.runner.chunk_plan(CONFIG, PBT, 1) == [(0, 2, 1)]
 
 
+def test_a_chunk_writes_the_new_population_over_the_old(monkeypatch):
+    """A PBT chunk consumes the population it is given (donated), states and hyperparameters: XLA aliases every
+    byte of them to the new population, so the run holds one population and copies none at a chunk's start."""
+    from jaxrl.run import checkpoint
+
+    start, seen = pbt.runner._Session.start, {}
+
+    def start_and_look(self, resume):
+        start(self, resume)
+        population = checkpoint.unwrap_keys((self.states, self.configs))
+        seen["bytes"] = sum(x.nbytes for x in jax.tree.leaves(population))
+        seen["aliased"] = [c.memory_analysis().alias_size_in_bytes for c in self.compiled.values()]
+
+    monkeypatch.setattr(pbt.runner._Session, "start", start_and_look)
+    pbt.run(CONFIG, PBT, num_chunks=2, progress=False, eval_episodes=0)
+    assert len(seen["aliased"]) == 2 and seen["bytes"] > 4 * 4 * 4 * 4  # the members' env observations at least
+    assert seen["aliased"] == [seen["bytes"]] * 2
+
+
 @pytest.fixture(scope="module")
 def chunked(tmp_path_factory):
     """An uninterrupted run of EVAL_PBT (every member evaluated after every iteration, ranked by the evaluation)

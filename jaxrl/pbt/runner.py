@@ -8,7 +8,8 @@ and median fitness of the last ready step, and with evaluation its best evaluati
 the population's TrainStates and hyperparameters with every iteration's metrics and the lineage so far
 (`run.checkpoint`), then metrics.csv and lineage.csv. The run folder is claimed and locked as `jaxrl train`'s is
 (`run.folder`); its config.json holds everything a resume keeps, chunks included, so a resumed run compiles the
-same chunk programs and equals the uninterrupted one bit for bit.
+same chunk programs and equals the uninterrupted one bit for bit. A chunk consumes the population it is given
+(donated, as `jaxrl train`'s chunks consume the state: `run.compile`).
 
 The members are sharded over `devices` (a 1-D mesh, as a sweep's rows; the population a multiple of the device
 count); exploit copies states across devices inside the program, and the ranks, parents and perturbations are
@@ -326,6 +327,7 @@ class _Session:
                 program = jax.jit(
                     make_chunk(self.config, self.pbt, tail),
                     out_shardings=(self.members, self.members, self.members, self.replicated),
+                    donate_argnums=(0, 1),  # the chunk consumes the population: its buffers become the new one's
                 )
                 args = self._args(first, n)
                 self.compiled[n, tail] = program.lower(*args).compile(self.options)
@@ -400,11 +402,12 @@ class _Session:
         try:
             stop.install()
             for index, (first, n, tail) in enumerate(self.todo):
-                states, configs, metrics, part = self.compiled[n, tail](*self._args(first, n))
-                metrics, part = jax.device_get(addressable((metrics, part)))
-                self.metrics.append(metrics)
-                self.parts.append(part)
-                self.states, self.configs = states, configs
+                with stop.taking_chunk():  # the chunk consumes the population: a stop waits until its result is held
+                    states, configs, metrics, part = self.compiled[n, tail](*self._args(first, n))
+                    metrics, part = jax.device_get(addressable((metrics, part)))
+                    self.metrics.append(metrics)
+                    self.parts.append(part)
+                    self.states, self.configs = states, configs
                 self.log_to(board, self.metrics[-1], self.done, self.parts[-1])
                 self.done += n * self.pbt.ready + tail
                 bar.update((n * self.pbt.ready + tail) * steps * size)

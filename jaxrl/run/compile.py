@@ -6,6 +6,11 @@ The seeds of a run are one batch axis, laid out one of three ways: on one device
 device training whole seeds (the seed axis sharded; the seeds never talk to each other, so nothing crosses
 devices); or over a data-parallel `mesh`, each seed's one policy trained over every device (`jaxrl.parallel`).
 
+A chunk program consumes the state it is given: the state is donated to it (`donate_argnums`), so XLA writes
+the new state into the old one's buffers. A run then holds one training state, not two, and does not copy it
+(replay buffer included) at the start of every chunk; the old state's arrays are deleted once the chunk is
+called.
+
 Evaluation keys come from their own stream, `eval_keys(seed, seeds)` folded with the iteration count, never
 from the training keys, so evaluating changes no training number. The evaluation's results are the metrics
 `eval_return` and `eval_length` (means over the episodes that ended within the env's time limit) and
@@ -80,12 +85,12 @@ def pad_seeds(tree, count: int):
     return jax.tree.map(pad, tree)
 
 
-def _jit_over_seeds(fn, mesh: Mesh, split: int, whole: int = 0):
+def _jit_over_seeds(fn, mesh: Mesh, split: int, whole: int = 0, donate: tuple[int, ...] = ()):
     """`jax.jit` of `fn`, a function vmapped over seeds, with its first `split` arguments and every output split
     over `mesh` along the seed axis and its last `whole` arguments on every device: XLA's SPMD partitioner gives
-    each device its seeds' share of the program."""
+    each device its seeds' share of the program. `donate`: the arguments it consumes (`donate_argnums`)."""
     seeds, every = seed_sharding(mesh), NamedSharding(mesh, P())
-    return jax.jit(fn, in_shardings=(seeds,) * split + (every,) * whole, out_shardings=seeds)
+    return jax.jit(fn, in_shardings=(seeds,) * split + (every,) * whole, out_shardings=seeds, donate_argnums=donate)
 
 
 def chunk_sizes(num_iterations: int, num_chunks: int) -> list[int]:
@@ -210,13 +215,13 @@ def make_chunk_program(
 ):
     """The jitted chunk over every seed (vmapped `make_chunk`), the seeds split over `seeds_mesh` when given; with
     a `mesh`, over a device-stacked state [D, S, ...] (each device runs the per-device Config; metrics and
-    evaluation scores come back replicated)."""
+    evaluation scores come back replicated). It consumes the state (donated: the new state takes its buffers)."""
     in_axes = (0, 0, None) if eval_episodes else 0
     if mesh is None:
         chunk = jax.vmap(make_chunk(algo, config, size, eval_episodes), in_axes=in_axes)
         if seeds_mesh is None:
-            return jax.jit(chunk)
-        return _jit_over_seeds(chunk, seeds_mesh, *((2, 1) if eval_episodes else (1, 0)))
+            return jax.jit(chunk, donate_argnums=0)
+        return _jit_over_seeds(chunk, seeds_mesh, *((2, 1) if eval_episodes else (1, 0)), donate=(0,))
     chunk = jax.vmap(make_chunk(algo, parallel.local_config(config, mesh.size), size, eval_episodes), in_axes=in_axes)
     stacked, replicated = P(parallel.AXIS), P()
 
@@ -227,17 +232,17 @@ def make_chunk_program(
     in_specs = (stacked, replicated, replicated) if eval_episodes else (stacked,)
     out_specs = (stacked, replicated, replicated) if eval_episodes else (stacked, replicated)
     sharded = parallel.shard(program, mesh, in_specs=in_specs, out_specs=out_specs)
-    return _jit_sharded(sharded, mesh, in_specs, out_specs)
+    return _jit_sharded(sharded, mesh, in_specs, out_specs, donate=(0,))
 
 
-def _jit_sharded(fn, mesh: Mesh, in_specs, out_specs):
+def _jit_sharded(fn, mesh: Mesh, in_specs, out_specs, donate: tuple[int, ...] = ()):
     """`jax.jit` of a shard_map with its inputs and outputs placed as its specs say (so that a program compiled
-    ahead of time takes the device-stacked state as the runner holds it)."""
+    ahead of time takes the device-stacked state as the runner holds it); `donate` as `_jit_over_seeds`'s."""
 
     def named(specs):
         return jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, P))
 
-    return jax.jit(fn, in_shardings=named(in_specs), out_shardings=named(out_specs))
+    return jax.jit(fn, in_shardings=named(in_specs), out_shardings=named(out_specs), donate_argnums=donate)
 
 
 def compile_programs(

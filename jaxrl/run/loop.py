@@ -336,12 +336,13 @@ def _train(plan: Plan, held: session.Session, claim: folder.Claim, run_dir: Path
         stop.install()
         for index, (size, evaluated) in enumerate(held.chunks):
             chunk_start = time.perf_counter()
-            new_state, metrics, scores = held.chunk(size, evaluated)
-            metrics = held.own_seeds(hosts.to_host(metrics))  # blocks until the chunk is finished
-            if o.eval_every:
-                metrics = _with_eval_columns(metrics, held.own_seeds(hosts.to_host(scores)), o.seeds, size)
-            _check_finite(plan, held, metrics, hosts.to_host(getattr(new_state, "params", None)), size)
-            held.advance(new_state, metrics, size)
+            with stop.taking_chunk():  # the chunk consumes held.state: a stop waits until its result is held
+                new_state, metrics, scores = held.chunk(size, evaluated)
+                metrics = held.own_seeds(hosts.to_host(metrics))  # blocks until the chunk is finished
+                if o.eval_every:
+                    metrics = _with_eval_columns(metrics, held.own_seeds(hosts.to_host(scores)), o.seeds, size)
+                _check_finite(plan, held, metrics, hosts.to_host(getattr(new_state, "params", None)), size)
+                held.advance(new_state, metrics, size)
             now = time.perf_counter()
             chunk_wall = held.compile_s + chunk_start - run_start + (now - chunk_start) * (np.arange(size) + 1) / size
             wall.extend(chunk_wall)

@@ -63,7 +63,8 @@ class Session:
 
     def chunk(self, size: int, evaluated: bool):
         """Runs one compiled chunk of `size` iterations from `state`: (new state, metrics, evaluation scores or
-        None); the metrics stay on the devices until fetched."""
+        None); the metrics stay on the devices until fetched. The chunk consumes `state` (donated): until
+        `advance` takes the new one, there is no state to save."""
         if evaluated:
             return self.compiled[size, True](self.state, self.keys_eval, np.int32(self.done + size))
         (state, metrics), scores = self.compiled[size, False](self.state), None

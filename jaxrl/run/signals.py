@@ -2,13 +2,15 @@
 
 While the chunk loop runs, `DeferredStop` turns either into a `Stop` (a KeyboardInterrupt that remembers the
 signal) at the next chunk boundary, so that the state, the checkpoint and the logs hold the same iterations; a
-second signal stops at once. Before the loop (claiming the folder, compiling, restoring) `TermAsInterrupt`
+second signal stops at once, or, while a chunk runs (which has consumed the state it was given), as soon as the
+chunk's result is held. Before the loop (claiming the folder, compiling, restoring) `TermAsInterrupt`
 makes SIGTERM raise at once, as Ctrl-C does there. The runner (`jaxrl.run.loop`) reports either as
 `Interrupted`, whose exit status is 128 + the signal's number (130, 143).
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -32,18 +34,32 @@ def signum_of(error: BaseException) -> int:
 
 class DeferredStop:
     """Turns Ctrl-C or SIGTERM during the training loop into a `Stop` at the next chunk boundary, so the state,
-    the checkpoint and the logs always hold the same iterations. A second one interrupts at once."""
+    the checkpoint and the logs always hold the same iterations. A second one interrupts at once, except while
+    a chunk's result is being taken (`taking_chunk`)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.requested = None  # the signal number of the first stop signal
         self.previous = {}
+        self.taking = False
 
     def _handle(self, signum, frame):
-        if self.requested is not None:
+        if self.requested is not None and not self.taking:
             raise Stop(signum)
-        self.requested = signum
+        self.requested = self.requested or signum
+
+    @contextlib.contextmanager
+    def taking_chunk(self):
+        """From calling a chunk program to holding its result: the chunk consumed the old state (donated), so
+        a stop here could save no state. A second signal waits for the boundary too, where it stops with the
+        finished chunk saved. It waits for no longer than before: a running XLA computation is not interrupted,
+        as Python runs a signal's handler only once the wait for the chunk returns."""
+        self.taking = True
+        try:
+            yield
+        finally:
+            self.taking = False
 
     def install(self) -> None:
         # a stop signal whose exception was swallowed before the loop (raised inside a gc callback) is still a
