@@ -2,9 +2,10 @@
 it, with DQN's replay buffer at several sizes: seconds per chunk and the memory a chunk needs beyond the state.
 
     python -m benchmarks.chunk_state [--env Breakout-MinAtar] [--buffers 50000 200000] [--rounds 4]
-        [--iterations 5] [--tag epyc_avx2]
+        [--iterations 50] [--tag xeon]
 
-Per buffer size, one process (DQN at its defaults otherwise, one seed) compiles both programs of one chunk of
+Per buffer size, one process (DQN at its defaults otherwise, learning from its 128th transition, one seed: each
+chunk of 50 iterations is 500 env steps and 50 gradient steps) compiles both programs of one chunk of
 `--iterations` iterations, `jaxrl.run.compile.make_chunk_program` (donated) and `jax.jit` of the same vmapped chunk
 (copied), inits a state for each, then runs rounds alternating donated, copied, copied, donated (ABBA), each chunk
 timed to its result. Memory: Linux's peak resident set (VmHWM), reset through /proc/self/clear_refs before each
@@ -55,7 +56,7 @@ def measure_case(env: str, buffer_size: int, iterations: int, rounds: int) -> di
     from jaxrl.algos import dqn
     from jaxrl.run import compile as run_compile
 
-    config = dqn.Config(env=env, buffer_size=buffer_size, total_timesteps=10 * iterations * rounds * 4 * 4)
+    config = dqn.Config(env=env, buffer_size=buffer_size, learning_starts=128, total_timesteps=10**6)
     keys = jax.random.split(jax.random.key(0), 1)
     init = run_compile.make_init(dqn, config)
     shape = jax.eval_shape(init, keys)
@@ -108,7 +109,7 @@ def markdown(record: dict) -> str:
         "medians and maxima.",
         "",
         "| env | buffer | state MiB | aliased MiB, donated / copied | s per chunk, donated | copied | "
-        "copied / donated | extra peak MiB, donated | copied |",
+        "copied - donated | extra peak MiB, donated | copied |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in record["rows"]:
@@ -116,7 +117,7 @@ def markdown(record: dict) -> str:
         alias = row["aliased_bytes"]
         lines.append(
             f"| {row['env']} | {row['buffer_size']:,} | {_mib(row['state_bytes'])} | {_mib(alias['donated'])} / "
-            f"{_mib(alias['copied'])} | {s['donated']:.4f} | {s['copied']:.4f} | {s['copied'] / s['donated']:.1f}x | "
+            f"{_mib(alias['copied'])} | {s['donated']:.4f} | {s['copied']:.4f} | {s['copied'] - s['donated']:+.4f} | "
             f"{_mib(peak['donated'])} | {_mib(peak['copied'])} |"
         )
     return "\n".join(lines) + "\n"
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="Breakout-MinAtar")
     parser.add_argument("--buffers", type=int, nargs="+", default=[50_000, 200_000])
-    parser.add_argument("--iterations", type=int, default=5, help="iterations per chunk")
+    parser.add_argument("--iterations", type=int, default=50, help="iterations per chunk")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--tag", default="")
     parser.add_argument("--case", type=int, help=argparse.SUPPRESS)  # a child process: one buffer size

@@ -350,6 +350,7 @@ def throughput() -> str:
         + accelerators()
         + cpu_threads()
         + seed_devices()
+        + chunk_state()
         + "\n## Seeds and sweeps over devices\n\nScript: `python -m benchmarks.sweep_throughput`.\n\n"
         + machine(sw)
         + f"\nConfig: `{json.dumps(sw['config'])}`.\n\n"
@@ -481,6 +482,36 @@ def seed_devices() -> str:
             columns.insert(4, ("without / with the simplifier, per round", shown))
         text += "\n" + machine(data) + "\n" + table(rows, columns)
     return text + notes("seed_devices")
+
+
+def chunk_state() -> str:
+    """A chunk that consumes its state (donated) against one that copies it (`benchmarks.chunk_state`)."""
+    text = (
+        "\n## A chunk's state, consumed or copied\n\nScript: `python -m benchmarks.chunk_state`: DQN with replay "
+        "buffers of several sizes, one chunk program as the runner compiles it (the state donated: the new state "
+        "written over the old) against the same chunk copying its state, alternated (ABBA); seconds per chunk "
+        "(median) and the chunk's peak resident memory above what was resident before it (maximum), the first "
+        "chunk of each left out.\n"
+    )
+    mib = lambda b: f"{b / 2**20:,.0f}"  # noqa: E731
+    for path in sorted(RESULTS.glob("chunk_state*.json")):
+        data = json.loads(path.read_text())
+        columns = [
+            ("env", lambda r: r["env"]),
+            ("buffer", lambda r: f"{r['buffer_size']:,}"),
+            ("iterations per chunk", lambda r: r["iterations_per_chunk"]),
+            ("state MiB", lambda r: mib(r["state_bytes"])),
+            (
+                "aliased MiB, consumed / copied",
+                lambda r: " / ".join(mib(r["aliased_bytes"][k]) for k in ("donated", "copied")),
+            ),
+            ("s per chunk, consumed", lambda r: num(r["chunk_s_median_after_first"]["donated"], 4)),
+            ("copied", lambda r: num(r["chunk_s_median_after_first"]["copied"], 4)),
+            ("extra peak MiB, consumed", lambda r: mib(r["extra_peak_bytes_max_after_first"]["donated"])),
+            ("copied", lambda r: mib(r["extra_peak_bytes_max_after_first"]["copied"])),
+        ]
+        text += "\n" + machine(data) + "\n" + table(data["rows"], columns)
+    return text + notes("chunk_state")
 
 
 def accelerators() -> str:
