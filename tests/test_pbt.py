@@ -810,14 +810,16 @@ print("ok")
 @pytest.mark.extended  # a fresh process with 2 CPU devices compiles six programs without the algebraic simplifier
 def test_population_on_two_devices_equals_one_device():
     """4 members sharded over 2 CPU devices (exploit copies members across them) give the 1-device run's bits
-    when both compile with `device_independent=True`, at the suite's XLA CPU optimisation level 1 (at the default
-    level 2, LLVM vectorises a device's share of the members differently: the losses round 1 ulp apart, see
-    `jaxrl.pbt.runner`)."""
+    when both compile with `device_independent=True`, at the suite's XLA CPU optimisation level 1 and with AVX2
+    code (with AVX-512 code, as at the default level 2, LLVM vectorises a device's share of the members
+    differently: the losses round 1 ulp apart, see `jaxrl.pbt.runner`)."""
     import os
+    import platform
     import subprocess
     import sys
 
     flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2"
+    flags += " --xla_cpu_max_isa=AVX2" if platform.machine() in ("x86_64", "AMD64") else ""
     env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-4000:]

@@ -16,9 +16,10 @@ count); exploit copies states across devices inside the program, and the ranks, 
 the same on any device count. `device_independent=True` compiles without XLA's algebraic simplifier
 (`sweep.program.DEVICE_INDEPENDENT_OPTIONS`), which rewrites the program differently per device count. Measured on
 a 4-member PPO CartPole population, 1 against 2 CPU devices: bit-identical (TrainStates, metrics, lineage) with it
-at XLA CPU's `--xla_backend_optimization_level=1`; at the default level 2 LLVM vectorises a device's share of the
-members differently and the losses round 1 ulp apart from the first iteration (final parameters within 1.2e-7),
-so that over a long run a near tie in fitness can rank members differently.
+at XLA CPU's `--xla_backend_optimization_level=1` on an AVX2 CPU, or on an AVX-512 one with XLA's code held to
+AVX2 (`--xla_cpu_max_isa=AVX2`); with AVX-512 code, or at the default level 2, LLVM vectorises a device's share of
+the members differently and the losses round 1 ulp apart from the first iteration (final parameters within
+1.2e-7), so that over a long run a near tie in fitness can rank members differently.
 
 Over several processes (`sweep.initialize_distributed` in each, every process calling `run` alike) the mesh holds
 every process's devices, each process its own members; the ready step stays inside the program, global over the
