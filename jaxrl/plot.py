@@ -27,13 +27,21 @@ def save_figure(fig, out: str | Path) -> Path:
 
 
 def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
-    """{column: [seeds, iterations]} from a run folder's metrics.csv."""
+    """{column: [seeds, iterations]} from a run folder's metrics.csv; ValueError (one line) for a missing folder, a
+    folder without metrics.csv or a metrics.csv without rows."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"{run_dir}: no such run folder.")
+    if not (run_dir / "metrics.csv").is_file():
+        raise ValueError(f"{run_dir} holds no metrics.csv: not a run folder, or a run stopped before its first chunk.")
     columns: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
-    with open(Path(run_dir) / "metrics.csv", newline="") as f:
+    with open(run_dir / "metrics.csv", newline="") as f:
         for row in csv.DictReader(f):
             index = int(row["seed"]), int(row["iteration"])
             for name, value in row.items():
                 columns[name][index] = float(value)
+    if not columns:
+        raise ValueError(f"{run_dir / 'metrics.csv'} holds no iterations yet.")
     seeds = 1 + max(s for s, _ in columns["seed"])
     iterations = 1 + max(i for _, i in columns["seed"])
     out = {}

@@ -367,7 +367,8 @@ def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
     """A --resume folder that is missing, is not a run folder or holds another algorithm's run, a new run's
     --run-dir (pbt: --out) that is a file or holds a run, a new run's folder (--run-dir, --runs-dir, sweep's and
     pbt's --out) that cannot be made, a folder given to eval or render that is not a run folder, and a render of
-    another file type or of a seed the run does not have: each is one line (exit 2) from a process that never
+    another file type or of a seed the run does not have, and a plot of a folder without metrics or of a run without
+    an iteration: each is one line (exit 2) from a process that never
     imports JAX, an algorithm or orbax."""
     run, empty, file, missing = tmp_path / "run", tmp_path / "empty", tmp_path / "file", tmp_path / "missing"
     run.mkdir()
@@ -375,6 +376,9 @@ def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
     file.write_text("not a folder")
     (run / "config.json").write_text(json.dumps({"algo": "ppo", "config": {}, "seeds": 1, "seed": 0}))
     (run / "summary.json").write_text("{}")  # a finished run: a new run would overwrite it
+    started = tmp_path / "started"  # a run stopped before its first chunk's metrics
+    started.mkdir()
+    (started / "metrics.csv").write_text("seed,iteration,episode_return\n")
     cases = [
         (["train", "ppo", "--resume", missing], f"{missing}: no such run folder."),
         (["train", "ppo", "--resume", empty], f"{empty} is not a run folder (no config.json)."),
@@ -384,6 +388,9 @@ def test_a_folder_the_command_cannot_use_is_refused_before_jax_starts(tmp_path):
         (["pbt", "ppo", "--out", run, "--explore", "gamma=uniform:0.9:1"], "or choose a new --out."),
         (["pbt", "ppo", "--resume", empty], f"{empty} is not a run folder (no config.json)."),
         (["eval", missing], f"{missing}: no such run folder."),
+        (["plot", missing], f"{missing}: no such run folder."),
+        (["plot", empty], f"{empty} holds no metrics.csv: not a run folder, or a run stopped before its first chunk."),
+        (["plot", started], f"{started / 'metrics.csv'} holds no iterations yet."),
         (["render", empty], f"{empty} is not a run folder (no config.json)."),
         (["render", run, "--out", "episode.avi"], "--out episode.avi: write a .gif or an .mp4."),
         (["render", run, "--seed-index", "5"], "--seed-index 5: the run has seeds 0 to 0."),
