@@ -482,6 +482,17 @@ def test_a_stop_swallowed_by_a_gc_callback_before_training_still_stops_the_run(
     assert capsys.readouterr().err == "" and sys.unraisablehook is hook
 
 
+def assert_resume_finishes_as(run: Path, finished: Path) -> None:
+    """Resuming `run`, stopped after iteration 4, trains its last 2 iterations to `finished`'s state, metrics and
+    metrics.csv, bit for bit."""
+    resumed = run_tiny(run_dir=run, resume=True)
+    assert resumed.iterations_run == 2
+    _, full_state, full_metrics = checkpoint.restore(finished / "checkpoints", resumed.state, _info(finished))
+    assert_trees_close(resumed.state, full_state, rtol=0, atol=0)
+    assert_trees_close(resumed.metrics, full_metrics, rtol=0, atol=0)
+    assert _rows(run) == _rows(finished)
+
+
 @pytest.mark.slow
 def test_exact_resume_after_ctrl_c(finished, tmp_path, monkeypatch):
     """Already worked, stays: Ctrl-C after chunk 2 saves; the resume equals the uninterrupted run bit for bit
@@ -501,12 +512,7 @@ def test_exact_resume_after_ctrl_c(finished, tmp_path, monkeypatch):
         run_tiny(run_dir=run, checkpoint_every=10)
     assert stop.value.iteration == 4 and not stop.value.compiling and not (run / folder.LOCK).exists()
     monkeypatch.setattr(logging.CsvSink, "write", write)
-    resumed = run_tiny(run_dir=run, resume=True)
-    assert resumed.iterations_run == 2
-    _, full_state, full_metrics = checkpoint.restore(finished / "checkpoints", resumed.state, _info(finished))
-    assert_trees_close(resumed.state, full_state, rtol=0, atol=0)
-    assert_trees_close(resumed.metrics, full_metrics, rtol=0, atol=0)
-    assert _rows(run) == _rows(finished)
+    assert_resume_finishes_as(run, finished)
 
 
 @pytest.mark.slow
@@ -532,12 +538,7 @@ def test_a_second_ctrl_c_while_a_chunk_runs_keeps_that_chunk(finished, tmp_path,
         run_tiny(run_dir=run, checkpoint_every=10)
     assert stop.value.iteration == 4 and checkpoint.latest_iteration(run / "checkpoints") == 4
     monkeypatch.setattr(loop, "_check_finite", check)
-    resumed = run_tiny(run_dir=run, resume=True)
-    assert resumed.iterations_run == 2
-    _, full_state, full_metrics = checkpoint.restore(finished / "checkpoints", resumed.state, _info(finished))
-    assert_trees_close(resumed.state, full_state, rtol=0, atol=0)
-    assert_trees_close(resumed.metrics, full_metrics, rtol=0, atol=0)
-    assert _rows(run) == _rows(finished)
+    assert_resume_finishes_as(run, finished)
 
 
 def _info(run: Path) -> dict:
