@@ -551,6 +551,7 @@ def test_chunk_plan_cuts_whole_ready_blocks():
     assert pbt.runner.chunk_plan(CONFIG, PBT, 1) == [(0, 2, 1)]
 
 
+@pytest.mark.slow
 def test_a_chunk_writes_the_new_population_over_the_old(monkeypatch):
     """A PBT chunk consumes the population it is given (donated), states and hyperparameters: XLA aliases every
     byte of them to the new population, so the run holds one population and copies none at a chunk's start."""

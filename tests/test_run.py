@@ -336,6 +336,7 @@ def _bytes(tree) -> int:
     return sum(x.nbytes for x in jax.tree.leaves(checkpoint.unwrap_keys(tree)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("evaluated", [False, True])
 def test_a_chunk_writes_the_new_state_over_the_old(evaluated):
     """A chunk program consumes its state (donated): XLA aliases every byte of it to the new state, so a run holds
