@@ -7,9 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import assert_trees_close
 from jaxrl import cli, envs
 from jaxrl.algos import ALGORITHMS, base
-from jaxrl.run.evaluate import evaluate
+from jaxrl.run import checkpoint
+from jaxrl.run.evaluate import evaluate, restore_latest
 
 
 @pytest.mark.slow
@@ -48,6 +50,26 @@ def test_eval_command_on_a_run_folder(tmp_path, capsys):
     assert cli.main(["eval", str(run_dir), "--episodes", "4"]) == 0
     out = capsys.readouterr().out
     assert "checkpoint after iteration 4" in out and "deterministic" in out and "stochastic" in out
+
+
+@pytest.mark.slow
+def test_evaluating_a_checkpoint_reads_no_replay_buffer(tmp_path, capsys):
+    """`jaxrl eval` and `jaxrl render` restore the latest checkpoint without its replay buffer, which no policy
+    reads (most of an off-policy run's state): `buffer` is None, and every other field equals the whole
+    checkpoint's, bit for bit."""
+    run_dir = tmp_path / "run"
+    argv = "train dqn --num-envs 4 --total-timesteps 400 --buffer-size 4000 --learning-starts 64 --hidden-sizes 16"
+    assert cli.main([*argv.split(), "--replay-batch-size", "16", "--no-progress", "--run-dir", str(run_dir)]) == 0
+    saved, module, config, iteration, states = restore_latest(run_dir)
+    assert states.buffer is None and iteration == 100
+    keys = jax.random.split(jax.random.key(saved["seed"]), saved["seeds"])
+    like = jax.eval_shape(jax.vmap(lambda k: base.initial_state(config, k, algo=module)), keys)
+    _, whole, _ = checkpoint.restore(run_dir / "checkpoints", like, saved)
+    assert jax.tree.leaves(whole.buffer)  # what the run saved
+    assert_trees_close(checkpoint.unwrap_keys(states), checkpoint.unwrap_keys(whole.replace(buffer=None)), 0, 0)
+    capsys.readouterr()
+    assert cli.main(["eval", str(run_dir), "--episodes", "2"]) == 0
+    assert "checkpoint after iteration 100" in capsys.readouterr().out
 
 
 @pytest.mark.extended

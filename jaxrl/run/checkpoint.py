@@ -13,6 +13,7 @@ PRNG keys are stored as their raw key data and re-wrapped on restore.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import gc
 import hashlib
@@ -280,15 +281,43 @@ def save(
         raise
 
 
+def _without_fields(state, names: tuple[str, ...]):
+    """`state` (a dataclass, e.g. a TrainState) with its fields `names` set to None, where it has them."""
+    if not names or not dataclasses.is_dataclass(state):
+        return state
+    present = {field.name for field in dataclasses.fields(state)}
+    return state.replace(**{name: None for name in names if name in present})
+
+
+def _partial_reading(abstract):
+    """orbax's arguments that read only the leaves of `abstract` from a checkpoint that holds more, onto this
+    process's first device; None where this orbax cannot read part of a tree."""
+    import orbax.checkpoint as ocp
+
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    args = jax.tree.map(lambda x: ocp.ArrayRestoreArgs(sharding=device, global_shape=x.shape, dtype=x.dtype), abstract)
+    try:
+        return ocp.args.PyTreeRestore(item=abstract, restore_args=args, partial_restore=True)
+    except TypeError:  # an orbax before partial restores
+        return None
+
+
 def restore(
-    directory: str | Path, like_state, info: dict[str, Any], devices: int = 1, like_for=None
+    directory: str | Path,
+    like_state,
+    info: dict[str, Any],
+    devices: int = 1,
+    like_for=None,
+    leave_out: tuple[str, ...] = (),
 ) -> tuple[int, Any, dict[str, np.ndarray]]:
     """Restores the latest checkpoint into the structure of `like_state` (a state or its `jax.eval_shape`).
 
     Raises CheckpointError when there is none, when it cannot be read, or when its `info` differs from `info`.
     A checkpoint of a data-parallel run on another device count than `devices` is read in its own layout,
     `like_for(saved_devices)` (the abstract state on that count), and laid out for `devices`
-    (`parallel.relayout`); without `like_for` it is refused.
+    (`parallel.relayout`); without `like_for` it is refused. `leave_out`: fields of the state that are not
+    read (None in the restored state), e.g. the replay buffer (`buffer`) that evaluating a policy does not need;
+    every file is verified all the same.
     """
     import orbax.checkpoint as ocp
 
@@ -301,6 +330,7 @@ def restore(
     passed_over = [s for s in _steps(directory) if s > iteration]
     if verified:
         verify(step_dir)
+    kept = _without_fields(like_state, leave_out)
     abstract = jax.eval_shape(unwrap_keys, like_state)
     try:
         with _quiet(), _manager(directory) as manager:
@@ -318,11 +348,18 @@ def restore(
                 target = abstract
                 abstract = jax.eval_shape(unwrap_keys, like_for(saved_devices))
                 abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract)
-            reading = ocp.args.StandardRestore(without_empty(abstract))
+            reading = None
+            if kept is not like_state and saved_devices == devices:  # read the kept fields alone
+                reading = _partial_reading(without_empty(jax.eval_shape(unwrap_keys, kept)))
+            if reading is None:
+                reading = ocp.args.StandardRestore(without_empty(abstract))
+            else:
+                abstract = jax.eval_shape(unwrap_keys, kept)
             restored = manager.restore(iteration, args=ocp.args.Composite(state=reading))["state"]
             restored = with_empty(restored, abstract)
             if saved_devices != devices:
                 restored = _relayout(restored, saved_devices, target, devices, step_dir)
+            restored = _without_fields(restored, leave_out)
     except CheckpointError:
         raise
     except Exception as error:  # orbax raises many types for truncated or corrupt files
@@ -333,7 +370,7 @@ def restore(
             f"checkpoint {step_dir} cannot be restored: {first_line}{hint}; delete that checkpoint folder to "
             "restore the one before it, if any."
         ) from error
-    state = rewrap_keys(restored, like_state)
+    state = rewrap_keys(restored, kept)
     metrics = {k: np.asarray(values, dtype) for k, (dtype, values) in meta["metrics"].items()}
     if passed_over:
         note(
