@@ -350,11 +350,11 @@ def restore(
                 abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract)
             reading = None
             if kept is not like_state and saved_devices == devices:  # read the kept fields alone
-                reading = _partial_reading(without_empty(jax.eval_shape(unwrap_keys, kept)))
+                kept_abstract = jax.eval_shape(unwrap_keys, kept)
+                reading = _partial_reading(without_empty(kept_abstract))
+                abstract = abstract if reading is None else kept_abstract
             if reading is None:
                 reading = ocp.args.StandardRestore(without_empty(abstract))
-            else:
-                abstract = jax.eval_shape(unwrap_keys, kept)
             restored = manager.restore(iteration, args=ocp.args.Composite(state=reading))["state"]
             restored = with_empty(restored, abstract)
             if saved_devices != devices:
