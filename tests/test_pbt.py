@@ -719,6 +719,34 @@ def test_jaxrl_eval_plays_every_member_of_a_population_and_names_the_best(chunke
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.slow
+def test_evaluating_a_population_reads_no_replay_buffer(tmp_path, monkeypatch, capsys):
+    """`jaxrl eval` on a population of DQN members restores them without their replay buffers, which no policy
+    reads: the restored members' `buffer` is None and every other leaf equals the whole checkpoint's, bit for bit."""
+    from conftest import assert_trees_close
+    from jaxrl import cli
+    from jaxrl.algos import dqn
+    from jaxrl.run import checkpoint, folder
+
+    config = dqn.Config(num_envs=4, total_timesteps=400, buffer_size=4000, learning_starts=64, hidden_sizes=(16,),
+                        replay_batch_size=16)  # fmt: skip
+    settings = pbt.PBTConfig(population=2, ready=50, truncation=0.5, explore={"learning_rate": "loguniform:1e-4:1e-2"})
+    out = tmp_path / "population"
+    pbt.run(config, settings, out, progress=False)
+    restored = []
+    whole_restore = checkpoint.restore
+    monkeypatch.setattr(checkpoint, "restore", lambda *a, **k: restored.append(whole_restore(*a, **k)) or restored[-1])
+    assert cli.main(["eval", str(out), "--episodes", "2"]) == 0
+    assert "population of 2" in capsys.readouterr().out
+    ((iteration, read, _),) = restored
+    assert read["states"].buffer is None and iteration == config.num_iterations
+    like = pbt.runner.checkpoint_like(config, settings, seed=0)
+    _, whole, _ = whole_restore(out / "checkpoints", like, folder.read_run_folder(out))
+    assert jax.tree.leaves(whole["states"].buffer)  # what the run saved
+    whole = {**whole, "states": whole["states"].replace(buffer=None)}
+    assert_trees_close(checkpoint.unwrap_keys(read), checkpoint.unwrap_keys(whole), 0, 0)
+
+
 @pytest.mark.extended
 def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
     """Ctrl-C after chunk 1 of 2 (raised when its lineage.csv is written) checkpoints there; the resumed run

@@ -282,7 +282,11 @@ def save(
 
 
 def _without_fields(state, names: tuple[str, ...]):
-    """`state` (a dataclass, e.g. a TrainState) with its fields `names` set to None, where it has them."""
+    """`state` (a dataclass, e.g. a TrainState, or a dict of them, e.g. a population's {"states": ...}) with its
+    fields `names` set to None, where it has them."""
+    if names and isinstance(state, dict):
+        kept = {key: _without_fields(value, names) for key, value in state.items()}
+        return state if all(kept[key] is value for key, value in state.items()) else kept
     if not names or not dataclasses.is_dataclass(state):
         return state
     present = {field.name for field in dataclasses.fields(state)}
@@ -316,8 +320,8 @@ def restore(
     A checkpoint of a data-parallel run on another device count than `devices` is read in its own layout,
     `like_for(saved_devices)` (the abstract state on that count), and laid out for `devices`
     (`parallel.relayout`); without `like_for` it is refused. `leave_out`: fields of the state that are not
-    read (None in the restored state), e.g. the replay buffer (`buffer`) that evaluating a policy does not need;
-    every file is verified all the same.
+    read (None in the restored state; in a dict of states, such as a population's, in each), e.g. the replay
+    buffer (`buffer`) that evaluating a policy does not need; every file is verified all the same.
     """
     import orbax.checkpoint as ocp
 
