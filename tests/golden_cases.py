@@ -10,12 +10,20 @@ code rounds differently from AVX2 code; capping the ISA with `--xla_cpu_max_isa`
 runtime kernels still choose by CPU) and between CPU models of one ISA (an Intel and an AMD AVX-512 CPU differ).
 So each kind of CPU has its own recordings: `tests/golden/<isa>-<vendor>-<family>-<model>/` (for example
 `avx512-intel-6-143`), else the first recordings of its ISA, `tests/golden/<isa>/`.
+
+Beside them, `tests/golden/programs.json` holds the SHA-256 of each case's train program as JAX lowers it (StableHLO
+text, before XLA), with the versions of the packages that shape it. The lowered program is the same on every CPU,
+and XLA turns the same program into the same numbers on a given CPU, so an unchanged digest means unchanged numbers
+on every kind of CPU, recorded here or not; any machine can re-record the digests.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import platform
+from importlib import metadata
 from pathlib import Path
 
 import jax
@@ -55,6 +63,9 @@ def cpu_kind() -> str:
 GOLDEN_ROOT = Path(__file__).parent / "golden"
 RECORD_DIR = GOLDEN_ROOT / cpu_kind()  # where this CPU's recordings go
 GOLDEN_DIR = RECORD_DIR if RECORD_DIR.is_dir() else GOLDEN_ROOT / vector_isa()  # what this CPU replays
+PROGRAMS = GOLDEN_ROOT / "programs.json"  # {"versions": {package: version}, "sha256": {case: digest}}
+# the packages whose code becomes the lowered programs (jaxlib's MLIR bindings print them)
+LOWERING_PACKAGES = ("jax", "jaxlib", "flax", "optax", "gymnax", "distrax", "flashbax")
 
 
 # XLA's default LLVM optimisation level and CPU fusion emitters, which the recordings were made with; test processes
@@ -306,11 +317,50 @@ def run_case(case: str) -> dict[str, np.ndarray]:
     return out
 
 
+def lowering_versions() -> dict[str, str]:
+    """The installed version of each of LOWERING_PACKAGES ("absent" for one that is not installed)."""
+
+    def installed(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return "absent"
+
+    return {package: installed(package) for package in LOWERING_PACKAGES}
+
+
+def program_digest(case: str) -> str:
+    """SHA-256 of the case's train program as JAX lowers it (`jax.jit(...).lower(key).as_text()`: StableHLO, without
+    source locations), which does not depend on the CPU."""
+    algo, config = make_config(case)
+    text = jax.jit(algo.make_train(config)).lower(jax.random.key(0)).as_text()
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def record_programs(cases) -> None:
+    """Writes the digests of `cases` to PROGRAMS with this machine's LOWERING_PACKAGES versions; the other cases'
+    digests are kept only when they were recorded with the same versions."""
+    versions = lowering_versions()
+    recorded = json.loads(PROGRAMS.read_text()) if PROGRAMS.exists() else {}
+    digests = recorded.get("sha256", {}) if recorded.get("versions") == versions else {}
+    digests.update({case: program_digest(case) for case in cases})
+    text = json.dumps({"versions": versions, "sha256": dict(sorted(digests.items()))}, indent=1)
+    PROGRAMS.write_text(text + "\n")
+    print(f"{PROGRAMS}: {len(digests)} program digests ({', '.join(f'{k} {v}' for k, v in versions.items())})")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Record the golden cases (all of them unless --case is given).")
+    parser = argparse.ArgumentParser(
+        description="Record the golden cases (all of them unless --case is given): this CPU's metrics and parameters,"
+        " and the programs' digests, which are the same on every CPU."
+    )
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="a case to record (repeatable)")
     parser.add_argument("--out", type=Path, default=RECORD_DIR, help=f"folder of the .npz files (default {RECORD_DIR})")
+    parser.add_argument("--programs-only", action="store_true", help=f"record only the digests ({PROGRAMS.name})")
     args = parser.parse_args()
+    record_programs(args.case or CASES)
+    if args.programs_only:
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     for case in args.case or CASES:
         out = run_case(case)
@@ -321,5 +371,5 @@ def main() -> None:
         )
 
 
-if __name__ == "__main__":  # python tests/golden_cases.py [--case NAME] [--out DIR]
+if __name__ == "__main__":  # python tests/golden_cases.py [--case NAME] [--out DIR] [--programs-only]
     main()

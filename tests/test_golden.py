@@ -4,11 +4,17 @@ per-iteration metrics and final parameters recorded in `tests/golden/` (one set 
 
 A failure here means behaviour changed. If the change is deliberate, re-record with `python tests/golden_cases.py`
 and name the change (and its own test) in the commit.
+
+Every case's lowered train program is also pinned by its digest (`tests/golden/programs.json`), the same on every
+CPU: a change that leaves a digest unchanged leaves that case's numbers unchanged on every kind of CPU, including
+those with no recordings of their own.
 """
+
+import json
 
 import numpy as np
 import pytest
-from golden_cases import CASES, GOLDEN_DIR, RECORD_DIR, run_case
+from golden_cases import CASES, GOLDEN_DIR, PROGRAMS, RECORD_DIR, lowering_versions, program_digest, run_case
 
 # the quick tier (-m "not slow") replays PPO and DQN (on-policy, Q-learning); the default suite (CI) one case per
 # code path: every algorithm, the recurrent PPO and DQN (R2D2), GRPO's replay and PPO's Gaussian policy; the extended
@@ -54,3 +60,21 @@ def test_bit_identical_to_recorded(case):
     )
     for name, value in expected.items():
         np.testing.assert_array_equal(actual[name], value, err_msg=f"{case}: {name} differs{where}")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_program_unchanged(case):
+    if not PROGRAMS.exists():
+        pytest.skip(f"no {PROGRAMS.name}: `python tests/golden_cases.py --programs-only` records the digests")
+    recorded = json.loads(PROGRAMS.read_text())
+    if case not in recorded["sha256"]:
+        pytest.skip(f"{case}: no digest in {PROGRAMS.name} (`python tests/golden_cases.py --programs-only`)")
+    installed = lowering_versions()
+    if recorded["versions"] != installed:
+        changed = ", ".join(f"{k} {v} here, {recorded['versions'].get(k)} when recorded" for k, v in installed.items()
+                            if recorded["versions"].get(k) != v)  # fmt: skip
+        pytest.skip(f"{PROGRAMS.name} was recorded with other package versions ({changed})")
+    assert program_digest(case) == recorded["sha256"][case], (
+        f"{case}: the train program JAX lowers changed, so its numbers may change on any CPU; if the change is "
+        "deliberate, re-record (`python tests/golden_cases.py`) and name it in the commit"
+    )
