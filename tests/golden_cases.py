@@ -64,7 +64,7 @@ GOLDEN_ROOT = Path(__file__).parent / "golden"
 RECORD_DIR = GOLDEN_ROOT / cpu_kind()  # where this CPU's recordings go
 GOLDEN_DIR = RECORD_DIR if RECORD_DIR.is_dir() else GOLDEN_ROOT / vector_isa()  # what this CPU replays
 PROGRAMS = GOLDEN_ROOT / "programs.json"  # {"versions": {package: version}, "sha256": {case: digest}}
-# the packages whose code becomes the lowered programs (jaxlib's MLIR bindings print them)
+# the packages whose code shapes the lowered programs (jaxlib's MLIR bindings print their text)
 LOWERING_PACKAGES = ("jax", "jaxlib", "flax", "optax", "gymnax", "distrax", "flashbax")
 
 

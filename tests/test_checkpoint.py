@@ -69,6 +69,22 @@ def test_mismatched_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
         loop.run(ppo, CONFIG, seeds=2, run_dir=tmp_path / "empty", progress=False, resume=True)
 
 
+def test_a_state_laid_out_otherwise_is_one_line_naming_the_leaves(tmp_path):
+    """A checkpoint whose training state has other arrays than the one the run builds (another jaxrl version's
+    optimiser state, say) is refused in one line naming a leaf on each side, not with orbax's structure error and
+    its advice to delete the checkpoint; reading a part of it (`leave_out`) checks only that part."""
+    saved = {"params": {"w": jnp.ones(3)}, "opt_state": ({"mu": jnp.zeros(3), "nu": jnp.zeros(3)},), "buffer": None}
+    checkpoint.save(tmp_path, 4, saved, {"loss": np.zeros((1, 4))}, {"algo": "ppo"})
+    wanted = {"params": {"w": jnp.ones(3)}, "opt_state": ({"flat": jnp.zeros(3)},), "buffer": None}
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        checkpoint.restore(tmp_path, wanted, {"algo": "ppo"})
+    message = str(error.value)
+    assert "no opt_state/0/flat and holds opt_state/0/mu instead" in message and "another version of jaxrl" in message
+    assert "\n" not in message and "delete" not in message
+    iteration, restored, _ = checkpoint.restore(tmp_path, saved, {"algo": "ppo"})
+    assert iteration == 4 and set(restored["opt_state"][0]) == {"mu", "nu"}
+
+
 @pytest.mark.slow
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
     import shutil

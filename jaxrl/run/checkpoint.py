@@ -316,7 +316,8 @@ def restore(
 ) -> tuple[int, Any, dict[str, np.ndarray]]:
     """Restores the latest checkpoint into the structure of `like_state` (a state or its `jax.eval_shape`).
 
-    Raises CheckpointError when there is none, when it cannot be read, or when its `info` differs from `info`.
+    Raises CheckpointError when there is none, when it cannot be read, when its `info` differs from `info`, or
+    when its state lacks arrays that `like_state` has (a layout of another jaxrl version), naming one.
     A checkpoint of a data-parallel run on another device count than `devices` is read in its own layout,
     `like_for(saved_devices)` (the abstract state on that count), and laid out for `devices`
     (`parallel.relayout`); without `like_for` it is refused. `leave_out`: fields of the state that are not
@@ -336,12 +337,14 @@ def restore(
         verify(step_dir)
     kept = _without_fields(like_state, leave_out)
     abstract = jax.eval_shape(unwrap_keys, like_state)
+    kept_abstract = abstract if kept is like_state else jax.eval_shape(unwrap_keys, kept)
     try:
         with _quiet(), _manager(directory) as manager:
             meta = manager.restore(iteration, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
             changed = differences(meta["info"], info)
             if changed:
                 raise CheckpointError(f"checkpoint {step_dir} was written by a different run: {changed}")
+            _check_layout(step_dir, without_empty(kept_abstract))
             saved_devices = int(meta.get("devices", 1))
             if saved_devices != devices:
                 if like_for is None:
@@ -354,7 +357,6 @@ def restore(
                 abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract)
             reading = None
             if kept is not like_state and saved_devices == devices:  # read the kept fields alone
-                kept_abstract = jax.eval_shape(unwrap_keys, kept)
                 reading = _partial_reading(without_empty(kept_abstract))
                 abstract = abstract if reading is None else kept_abstract
             if reading is None:
@@ -384,6 +386,39 @@ def restore(
     elif not verified:
         note(f"checkpoint {step_dir} has no {CHECKSUMS}, nor has any other: restored it unverified.")
     return iteration, state, metrics
+
+
+def _leaf_paths(tree) -> set[str]:
+    """The path of every array of `tree` ("opt_state/1/0/mu"), as orbax's metadata and the state's pytree name it."""
+
+    def name(key) -> str:
+        for attribute in ("key", "name", "idx"):
+            if hasattr(key, attribute):
+                return str(getattr(key, attribute))
+        return str(key)
+
+    leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
+    return {"/".join(name(key) for key in path) for path, _ in leaves}
+
+
+def _check_layout(step_dir: Path, wanted) -> None:
+    """Raises CheckpointError when the checkpoint's state lacks arrays of `wanted` (the abstract state to read):
+    a training state laid out otherwise, such as another jaxrl version's optimiser state. Passes when orbax's
+    metadata cannot be read: the restore itself then says what is wrong."""
+    import orbax.checkpoint as ocp
+
+    try:
+        saved = _leaf_paths(ocp.PyTreeCheckpointer().metadata(step_dir / "state").item_metadata)
+    except Exception:
+        return
+    missing, unread = sorted(_leaf_paths(wanted) - saved), sorted(saved - _leaf_paths(wanted))
+    if missing and saved:
+        other = f" and holds {unread[0]} instead" if unread else ""
+        raise CheckpointError(
+            f"checkpoint {step_dir} holds a training state laid out otherwise than this jaxrl's for the run: it has "
+            f"no {missing[0]}{f' (nor {len(missing) - 1} more)' if len(missing) > 1 else ''}{other}. It was "
+            "written by another version of jaxrl; resume or evaluate it with that version."
+        )
 
 
 def _relayout(state, saved_devices: int, target, devices: int, step_dir: Path):
