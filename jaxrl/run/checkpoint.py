@@ -411,7 +411,8 @@ def _check_layout(step_dir: Path, wanted) -> None:
         saved = _leaf_paths(ocp.PyTreeCheckpointer().metadata(step_dir / "state").item_metadata)
     except Exception:
         return
-    missing, unread = sorted(_leaf_paths(wanted) - saved), sorted(saved - _leaf_paths(wanted))
+    wanted = _leaf_paths(wanted)
+    missing, unread = sorted(wanted - saved), sorted(saved - wanted)
     if missing and saved:
         other = f" and holds {unread[0]} instead" if unread else ""
         raise CheckpointError(
