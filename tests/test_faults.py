@@ -900,6 +900,23 @@ def _tensorboard_steps(directory: Path, tag: str) -> list[int]:
     return steps
 
 
+def test_a_resume_within_the_second_keeps_the_interrupted_runs_tensorboard_steps(tmp_path, monkeypatch):
+    """tensorboardX names event files by the second; a resume's sink made in the same second as the interrupted
+    run's gets a file of its own, read after it, so the steps before the resume point stay."""
+    import tensorboardX.event_file_writer
+
+    monkeypatch.setattr(tensorboardX.event_file_writer.time, "time", lambda: 1733430000.25)
+    metrics = {"value_loss": np.ones((1, 3))}
+    interrupted = logging.TensorBoardSink(tmp_path)
+    interrupted.write(metrics, 0, 64)  # steps 64, 128, 192; the checkpoint was after 128
+    interrupted.close()
+    resumed = logging.TensorBoardSink(tmp_path, resume_step=192)
+    resumed.write(metrics, 2, 64)  # steps 192, 256, 320
+    resumed.close()
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
+    assert _tensorboard_steps(tmp_path, "value_loss") == [64, 128, 192, 256, 320]
+
+
 @pytest.mark.slow
 def test_resume_evaluates_at_the_uninterrupted_runs_iterations(tmp_path, monkeypatch):
     """Ctrl-C after chunk 1 of 3, then a resume: the chunk plan is the run's (not recomputed from the resume

@@ -94,15 +94,22 @@ class TensorBoardSink:
 
     `resume_step` (a resume, the env steps of its first new iteration): when `directory` already holds event
     files, the new file starts with TensorBoard's purge of the steps from `resume_step` on (those an interrupted
-    run wrote after its checkpoint) and steps before it, already written, are not written again."""
+    run wrote after its checkpoint) and steps before it, already written, are not written again.
+
+    tensorboardX names an event file by the second it was made and the host; the name here ends in the
+    nanosecond as well, so a resume made within the second of the interrupted run's start writes a file of its
+    own, after it in name order (the order TensorBoard reads them in), instead of overwriting it."""
 
     def __init__(self, directory: Path, resume_step: int | None = None):
+        import time
+
         from tensorboardX import SummaryWriter
 
         written = resume_step is not None and any(Path(directory).glob("events.out.tfevents.*"))
         self.skip_before = resume_step if written else 0
         purge = {"purge_step": resume_step} if written else {}
-        self.writer = SummaryWriter(str(directory), flush_secs=5, **purge)
+        suffix = f".{time.time_ns():020d}"
+        self.writer = SummaryWriter(str(directory), flush_secs=5, filename_suffix=suffix, **purge)
 
     def write(self, metrics: dict[str, np.ndarray], first_iteration: int, steps_per_iteration: int, wall_s=None):
         names = sorted(metrics)
