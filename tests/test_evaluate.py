@@ -54,22 +54,45 @@ def test_eval_command_on_a_run_folder(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_evaluating_a_checkpoint_reads_no_replay_buffer(tmp_path, capsys):
-    """`jaxrl eval` and `jaxrl render` restore the latest checkpoint without its replay buffer, which no policy
-    reads (most of an off-policy run's state): `buffer` is None, and every other field equals the whole
-    checkpoint's, bit for bit."""
+    """`jaxrl eval` and `jaxrl render` restore the latest checkpoint without its replay buffer (most of an
+    off-policy run's state) and optimiser state, which no policy reads: both are None, and every other field equals
+    the whole checkpoint's, bit for bit."""
     run_dir = tmp_path / "run"
     argv = "train dqn --num-envs 4 --total-timesteps 400 --buffer-size 4000 --learning-starts 64 --hidden-sizes 16"
     assert cli.main([*argv.split(), "--replay-batch-size", "16", "--no-progress", "--run-dir", str(run_dir)]) == 0
     saved, module, config, iteration, states = restore_latest(run_dir)
-    assert states.buffer is None and iteration == 100
+    assert states.buffer is None and states.opt_state is None and iteration == 100
     keys = jax.random.split(jax.random.key(saved["seed"]), saved["seeds"])
     like = jax.eval_shape(jax.vmap(lambda k: base.initial_state(config, k, algo=module)), keys)
     _, whole, _ = checkpoint.restore(run_dir / "checkpoints", like, saved)
     assert jax.tree.leaves(whole.buffer)  # what the run saved
-    assert_trees_close(checkpoint.unwrap_keys(states), checkpoint.unwrap_keys(whole.replace(buffer=None)), 0, 0)
+    assert jax.tree.leaves(whole.opt_state)
+    policy_only = whole.replace(buffer=None, opt_state=None)
+    assert_trees_close(checkpoint.unwrap_keys(states), checkpoint.unwrap_keys(policy_only), 0, 0)
     capsys.readouterr()
     assert cli.main(["eval", str(run_dir), "--episodes", "2"]) == 0
     assert "checkpoint after iteration 100" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_checkpoint_with_another_optimiser_layout_plays_but_does_not_resume(tmp_path, capsys, monkeypatch):
+    """A run checkpointed by a jaxrl whose optimiser state is laid out otherwise (here the optimiser per parameter
+    array, not over one raveled vector): `jaxrl eval` plays it, since no policy reads the optimiser state, and a
+    resume is refused in one line naming a leaf on each side."""
+    from jaxrl import optim
+
+    run_dir = tmp_path / "run"
+    argv = "train ppo --num-envs 4 --num-steps 16 --total-timesteps 256 --update-epochs 1 --num-minibatches 2"
+    monkeypatch.setattr(optim.optax, "flatten", lambda transformation: transformation)
+    assert cli.main([*argv.split(), "--no-progress", "--run-dir", str(run_dir)]) == 0
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert cli.main(["eval", str(run_dir), "--episodes", "2"]) == 0
+    assert "checkpoint after iteration 4" in capsys.readouterr().out
+    assert cli.main(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) != 0
+    error = capsys.readouterr().err.strip()
+    assert "laid out otherwise" in error and "opt_state" in error and "another version of jaxrl" in error
+    assert "\n" not in error
 
 
 @pytest.mark.extended

@@ -721,8 +721,9 @@ def test_jaxrl_eval_plays_every_member_of_a_population_and_names_the_best(chunke
 
 @pytest.mark.slow
 def test_evaluating_a_population_reads_no_replay_buffer(tmp_path, monkeypatch, capsys):
-    """`jaxrl eval` on a population of DQN members restores them without their replay buffers, which no policy
-    reads: the restored members' `buffer` is None and every other leaf equals the whole checkpoint's, bit for bit."""
+    """`jaxrl eval` on a population of DQN members restores them without their replay buffers and optimiser
+    states, which no policy reads: the restored members' `buffer` and `opt_state` are None and every other leaf
+    equals the whole checkpoint's, bit for bit."""
     from conftest import assert_trees_close
     from jaxrl import cli
     from jaxrl.algos import dqn
@@ -739,11 +740,11 @@ def test_evaluating_a_population_reads_no_replay_buffer(tmp_path, monkeypatch, c
     assert cli.main(["eval", str(out), "--episodes", "2"]) == 0
     assert "population of 2" in capsys.readouterr().out
     ((iteration, read, _),) = restored
-    assert read["states"].buffer is None and iteration == config.num_iterations
+    assert read["states"].buffer is None and read["states"].opt_state is None and iteration == config.num_iterations
     like = pbt.runner.checkpoint_like(config, settings, seed=0)
     _, whole, _ = whole_restore(out / "checkpoints", like, folder.read_run_folder(out))
     assert jax.tree.leaves(whole["states"].buffer)  # what the run saved
-    whole = {**whole, "states": whole["states"].replace(buffer=None)}
+    whole = {**whole, "states": whole["states"].replace(buffer=None, opt_state=None)}
     assert_trees_close(checkpoint.unwrap_keys(read), checkpoint.unwrap_keys(whole), 0, 0)
 
 

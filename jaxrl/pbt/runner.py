@@ -481,16 +481,16 @@ def run_to_folder(out: str | Path, algo: str, config, pbt: PBTConfig, seed: int 
 
 def evaluate_folder(out: str | Path, episodes: int, seed: int) -> Iterator[str]:
     """`jaxrl eval` on a population's folder: restores its latest checkpoint (reading only, without the members'
-    replay buffers) and plays `episodes` fresh episodes per member (keys from `seed`) with each member's
-    deterministic and stochastic policy; yields a heading, then per mode the best member's mean return, the mean
-    over members and each member's."""
+    replay buffers and optimiser states) and plays `episodes` fresh episodes per member (keys from `seed`) with
+    each member's deterministic and stochastic policy; yields a heading, then per mode the best member's mean
+    return, the mean over members and each member's."""
     if episodes < 1:
         raise ValueError(f"--episodes {episodes}: need at least one episode.")
     out = Path(out)
     algo, config, settings, run_seed, _ = resume_settings(out)
     like = checkpoint_like(config, settings, run_seed)
     saved = folder.read_run_folder(out)
-    iteration, state, metrics = checkpoint.restore(out / "checkpoints", like, saved, leave_out=("buffer",))
+    iteration, state, metrics = checkpoint.restore(out / "checkpoints", like, saved, leave_out=checkpoint.LEARNING_ONLY)
     configs = config.replace(**state["hyper"])
     ranked = LINEAGE + "rank" in metrics and np.asarray(metrics[LINEAGE + "rank"]).size
     member = best_member(metrics[LINEAGE + "rank"]) if ranked else None

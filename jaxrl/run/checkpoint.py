@@ -40,6 +40,11 @@ class CheckpointError(RuntimeError):
     """A checkpoint that is missing, unreadable or does not match the run being restored."""
 
 
+LEARNING_ONLY = ("buffer", "opt_state")
+"""The fields of a training state that only learning reads (the replay buffer, the optimiser's moments): a restore
+for playing the policies (`jaxrl eval`, `jaxrl render`) leaves them out (`restore(..., leave_out=LEARNING_ONLY)`)."""
+
+
 def _is_key(x) -> bool:
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
@@ -293,6 +298,27 @@ def _without_fields(state, names: tuple[str, ...]):
     return state.replace(**{name: None for name in names if name in present})
 
 
+def _kept_fields(state, names: tuple[str, ...]):
+    """`state` (as `_without_fields` takes it) with each state's fields but `names` as a dict: the part of the
+    saved tree to read, with the left-out fields absent rather than None, which orbax would match against the
+    saved fields' own structure."""
+    if isinstance(state, dict):
+        return {key: _kept_fields(value, names) for key, value in state.items()}
+    if not dataclasses.is_dataclass(state):
+        return state
+    return {field.name: getattr(state, field.name) for field in dataclasses.fields(state) if field.name not in names}
+
+
+def _as_states(restored, like):
+    """The inverse of `_kept_fields`: the dicts of fields read back into the states of `like` (the left-out fields
+    None, as `like` holds them)."""
+    if isinstance(like, dict):
+        return {key: _as_states(restored[key], value) for key, value in like.items()}
+    if not dataclasses.is_dataclass(like):
+        return restored
+    return like.replace(**restored)
+
+
 def _partial_reading(abstract):
     """orbax's arguments that read only the leaves of `abstract` from a checkpoint that holds more, onto this
     process's first device; None where this orbax cannot read part of a tree."""
@@ -357,11 +383,13 @@ def restore(
                 abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract)
             reading = None
             if kept is not like_state and saved_devices == devices:  # read the kept fields alone
-                reading = _partial_reading(without_empty(kept_abstract))
+                reading = _partial_reading(_kept_fields(without_empty(kept_abstract), leave_out))
                 abstract = abstract if reading is None else kept_abstract
             if reading is None:
                 reading = ocp.args.StandardRestore(without_empty(abstract))
             restored = manager.restore(iteration, args=ocp.args.Composite(state=reading))["state"]
+            if abstract is kept_abstract and kept is not like_state:
+                restored = _as_states(restored, kept_abstract)
             restored = with_empty(restored, abstract)
             if saved_devices != devices:
                 restored = _relayout(restored, saved_devices, target, devices, step_dir)

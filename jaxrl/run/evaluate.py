@@ -16,9 +16,9 @@ __all__ = ["evaluate", "evaluate_checkpoint", "restore_latest"]
 
 def restore_latest(run_dir: Path):
     """(saved config.json, algorithm module, Config, iteration, states) of the latest checkpoint of every seed of
-    the run folder `run_dir`: states leaves [seeds, ...], without the replay buffer (`buffer` None: no policy
-    reads it, and it is most of an off-policy run's checkpoint). Reads only; one-line errors for a folder that is
-    not a run (a population's included) or has no checkpoint."""
+    the run folder `run_dir`: states leaves [seeds, ...], without the replay buffer and the optimiser state
+    (`checkpoint.LEARNING_ONLY`, None: no policy reads them; the buffer is most of an off-policy run's checkpoint).
+    Reads only; one-line errors for a folder that is not a run (a population's included) or has no checkpoint."""
     from jaxrl.algos import base
     from jaxrl.run import checkpoint
     from jaxrl.run.compile import abstract_state
@@ -39,7 +39,7 @@ def restore_latest(run_dir: Path):
         return abstract_state(module, config, keys, devices)
 
     iteration, states, _ = checkpoint.restore(
-        run_dir / "checkpoints", like, saved, like_for=like_for, leave_out=("buffer",)
+        run_dir / "checkpoints", like, saved, like_for=like_for, leave_out=checkpoint.LEARNING_ONLY
     )
     return saved, module, config, iteration, states
 
