@@ -44,7 +44,7 @@ def test_inf_as_a_number_compiles_no_clipping_and_keeps_the_state_shape():
         tx = optim.clipped_optimizer("adam", 1e-3, max_grad_norm)
         return tx.update(LARGE, tx.init(PARAMS), PARAMS)
 
-    plain = optax.adam(1e-3, eps=1e-5)
+    plain = optax.flatten(optax.adam(1e-3, eps=1e-5))  # clipped_optimizer runs on the raveled parameters
     plain_update = lambda: plain.update(LARGE, plain.init(PARAMS), PARAMS)[0]  # noqa: E731
     size = lambda fn: len(jax.make_jaxpr(fn)().eqns)  # noqa: E731
     assert size(lambda: update(math.inf)[0]) == size(plain_update) < size(lambda: update(0.5)[0])

@@ -138,6 +138,43 @@ def test_max_steps_override_truncates_at_20():
     assert not np.allclose(out["obs"][19], out["final_observation"][19])
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "Breakout-MinAtar", "DeepSea-bsuite"])
+def test_step_auto_resets_as_gymnax_does(env_id):
+    """The vectorised step, which computes resets only on steps where some env is done, against gymnax's own
+    `Environment.step` vmapped (a reset for every env on every step), from the same states and keys: the same
+    dones and state leaves (to the last bits of float arithmetic, which fuse differently), resets where done.
+    DeepSea overrides `step` (its metrics outlive a reset) and is stepped by its own."""
+    from jaxrl.envs import gymnax as vec
+
+    env = vec.make(env_id, num_envs=6, **({"max_steps_in_episode": 30} if env_id == "Pendulum-v1" else {}))
+    assert vec._auto_resets_as_gymnax(env.env) == (env_id != "DeepSea-bsuite")
+    gymnax_step = jax.vmap(env.env.step, in_axes=(0, 0, 0, None))
+
+    def both(state, key):
+        key_action, key_step = jax.random.split(key)
+        if env.spec.discrete:
+            action = jax.random.randint(key_action, (6,), 0, env.spec.action_dim)
+        else:
+            action = jax.random.uniform(key_action, (6, env.spec.action_dim), minval=-2.0, maxval=2.0)
+        ours = env.step(key_step, state, action)
+        theirs = gymnax_step(jax.random.split(key_step, 6), state, action, env.params)
+        return theirs[1], (ours, theirs)
+
+    _, state = env.reset(jax.random.key(3))
+    _, (ours, theirs) = jax.jit(lambda s: jax.lax.scan(both, s, jax.random.split(jax.random.key(4), 200)))(state)
+    obs, state, reward, terminated, truncated, info = ours
+    obs_g, state_g, reward_g, term_g, trunc_g, info_g = theirs
+    np.testing.assert_array_equal(terminated, term_g)
+    np.testing.assert_array_equal(truncated, trunc_g)
+    assert (terminated | truncated).sum() >= 6, "too few episodes ended to exercise the resets"
+    close = dict(rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(reward, reward_g, **close)
+    np.testing.assert_allclose(obs, np.asarray(obs_g, np.float32), **close)
+    np.testing.assert_allclose(info["final_observation"], np.asarray(info_g["final_observation"], np.float32), **close)
+    for leaf, leaf_g in zip(jax.tree.leaves(state), jax.tree.leaves(state_g), strict=True):
+        np.testing.assert_allclose(np.asarray(leaf, np.float64), np.asarray(leaf_g, np.float64), **close)
+
+
 # ---------------------------------------------------------------------------
 # EpisodeStatistics and final_observation, on a 300-step CartPole run with random actions
 # ---------------------------------------------------------------------------

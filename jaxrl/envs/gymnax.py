@@ -84,19 +84,55 @@ class GymnaxVecEnv:
         return _as_float(obs), state
 
     def step(self, key: jax.Array, state, action: jax.Array):
+        """One step of every env, auto-reset as gymnax's `Environment.step` does it (each env's key split into a
+        step key and a reset key; where an env is done, the reset's observation and state replace the stepped
+        ones), except that the resets are computed only on steps where some env is done (a `lax.cond`): on most
+        steps no episode ends, and gymnax computes a reset for every env on every step. Environments that
+        override `step` (bsuite's DeepSea keeps metrics across resets) are stepped by their own."""
         keys = jax.random.split(key, self.num_envs)
-        obs, state, reward, terminated, truncated, info = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))(
-            keys, state, action, self.params
-        )
-        info = {"final_observation": _as_float(info["final_observation"])}
+        if _auto_resets_as_gymnax(self.env):
+            obs, state, reward, terminated, truncated, final_obs = self._step_then_reset_done(keys, state, action)
+        else:
+            step = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))
+            obs, state, reward, terminated, truncated, info = step(keys, state, action, self.params)
+            final_obs = info["final_observation"]
         return (
             _as_float(obs),
             state,
             reward.astype(jnp.float32),
             terminated.astype(bool),
             truncated.astype(bool),
-            info,
+            {"final_observation": _as_float(final_obs)},
         )
+
+    def _step_then_reset_done(self, keys: jax.Array, state, action: jax.Array):
+        env, params = self.env, self.params
+
+        def step_one(key, state, action):
+            key_step, key_reset = jax.random.split(key)
+            obs, state, reward, terminated, _ = env.step_env(key_step, state, action, params)
+            return obs, state, reward, terminated, env.is_truncated(state, params), key_reset
+
+        obs, stepped, reward, terminated, truncated, reset_keys = jax.vmap(step_one)(keys, state, action)
+        done = jnp.logical_or(terminated, truncated)
+
+        def reset_done(_):
+            obs_reset, state_reset = jax.vmap(env.reset_env, in_axes=(0, None))(reset_keys, params)
+
+            def pick(reset, kept):
+                return jnp.where(done.reshape(done.shape + (1,) * (kept.ndim - 1)), reset, kept)
+
+            return jax.tree.map(pick, obs_reset, obs), jax.tree.map(pick, state_reset, stepped)
+
+        next_obs, next_state = jax.lax.cond(done.any(), reset_done, lambda _: (obs, stepped), None)
+        return next_obs, next_state, reward, terminated, truncated, obs
+
+
+def _auto_resets_as_gymnax(env) -> bool:
+    """Whether `env` keeps gymnax's own `Environment.step` (step_env, is_truncated, reset_env where done)."""
+    from gymnax.environments.environment import Environment
+
+    return getattr(type(env), "step", None) is Environment.step
 
 
 def _as_float(obs):
