@@ -411,9 +411,11 @@ def test_playground_cartpole_balance_contract():
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_ppo_learns_playground_cartpole_balance():
     """PPO on CartpoleBalance (1000-step episodes, reward <= 1 per step): 32 envs x 64 steps, 8 minibatches, lr
-    3e-4, normalize_observations, no value clipping (returns reach ~1000), no entropy bonus; 1M steps, 2 seeds.
-    Measured: 971 / 978 over the last iterations that completed episodes (random actions: 335; the defaults at
-    100k-200k steps stayed there), 73 s on a loaded 2-core CPU. Asserted: >= 800 on both seeds."""
+    3e-4, normalize_observations, no value clipping (returns reach ~1000), no entropy bonus; 1M steps, 8 seeds.
+    A seed either balances (~980 over its last completed episodes) or stalls near 450 (random actions: 335; the
+    defaults at 100k-200k steps stayed there): measured over 32 seeds, median 975 and 4 seeds under 850. Asserted:
+    a median over the 8 seeds >= 850, which 4 stalled seeds of 8 would fail (about 0.5% at that rate); 88 s on an
+    idle 2-core CPU (8 seeds with the default compile)."""
     pytest.importorskip("mujoco_playground")
     config = ppo.Config(
         env="playground:CartpoleBalance",
@@ -426,10 +428,10 @@ def test_ppo_learns_playground_cartpole_balance():
         clip_value_loss=False,
         ent_coef=0.0,
     )
-    _, metrics = jax.jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(0), 2))
+    _, metrics = jax.jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(0), 8))
     returns = np.asarray(metrics["episode_return"])
     final = [np.mean(r[np.isfinite(r)][-3:]) for r in returns]  # an episode ends every ~16 iterations
-    assert min(final) >= 800, final
+    assert np.median(final) >= 850, final
 
 
 # ---------------------------------------------------------------------------------------------------------------
