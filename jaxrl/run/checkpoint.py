@@ -384,11 +384,13 @@ def restore(
             reading = None
             if kept is not like_state and saved_devices == devices:  # read the kept fields alone
                 reading = _partial_reading(_kept_fields(without_empty(kept_abstract), leave_out))
-                abstract = abstract if reading is None else kept_abstract
-            if reading is None:
+            partial = reading is not None
+            if partial:
+                abstract = kept_abstract
+            else:
                 reading = ocp.args.StandardRestore(without_empty(abstract))
             restored = manager.restore(iteration, args=ocp.args.Composite(state=reading))["state"]
-            if abstract is kept_abstract and kept is not like_state:
+            if partial:
                 restored = _as_states(restored, kept_abstract)
             restored = with_empty(restored, abstract)
             if saved_devices != devices:
