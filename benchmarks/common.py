@@ -34,12 +34,13 @@ class Timing(NamedTuple):
     out: Any
 
 
-def measure(fn, *args, repeats: int = 1, on_compiled=None) -> Timing:
-    """Compiles `jax.jit(fn)` for `args` and calls it `repeats` times: (compile_s, run_s, output), as defined in
-    this module's docstring (compile_s: `lower(*args).compile()` seconds; run_s: the fastest call).
-    `on_compiled(compiled)`, when given, sees the compiled executable before the first call."""
+def measure(fn, *args, repeats: int = 1, on_compiled=None, compiler_options: dict | None = None) -> Timing:
+    """Compiles `jax.jit(fn)` for `args` (with XLA's `compiler_options` when given) and calls it `repeats` times:
+    (compile_s, run_s, output), as defined in this module's docstring (compile_s: `lower(*args).compile()` seconds;
+    run_s: the fastest call). `on_compiled(compiled)`, when given, sees the compiled executable before the first
+    call."""
     start = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
+    compiled = jax.jit(fn).lower(*args).compile(compiler_options)
     compile_s = time.perf_counter() - start
     if on_compiled is not None:
         on_compiled(compiled)

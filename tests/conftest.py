@@ -4,10 +4,11 @@ import signal
 import tempfile
 
 # Test processes (and the CLI subprocesses they start) compile for speed of compiling, since compiling is most of
-# what the suite does: LLVM at -O1 instead of XLA's default -O2 (about half the compile seconds), and XLA CPU's
-# older loop emitters instead of its MLIR fusion emitters (about a third less again, for programs that run up to
-# twice as slowly, which the suite's small programs do not notice). The numbers differ from the defaults' in the
-# last bits, so the golden cases (tests/golden_cases.py) ask for XLA's defaults back.
+# what the suite does: XLA's optimisation level 1 instead of the runner's 2 (`jaxrl.run.compile.CPU_COMPILE_OPTIONS`;
+# level 1 took about half the seconds of XLA's default 3), and XLA CPU's older loop emitters instead of its MLIR
+# fusion emitters (about a third less again, for programs that run up to twice as slowly, which the suite's small
+# programs do not notice). The numbers differ from the runner's in the last bits, so the golden cases
+# (tests/golden_cases.py) ask for the runner's options back.
 FAST_COMPILE = "--xla_backend_optimization_level=1 --xla_cpu_use_fusion_emitters=false"
 for flag in FAST_COMPILE.split():
     if flag.partition("=")[0] not in os.environ.get("XLA_FLAGS", ""):

@@ -29,6 +29,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jaxrl.run.compile import CPU_COMPILE_OPTIONS
+
 
 def _cpuinfo() -> dict[str, str]:
     """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
@@ -68,9 +70,10 @@ PROGRAMS = GOLDEN_ROOT / "programs.json"  # {"versions": {package: version}, "sh
 LOWERING_PACKAGES = ("jax", "jaxlib", "flax", "optax", "gymnax", "distrax", "flashbax")
 
 
-# XLA's default LLVM optimisation level and CPU fusion emitters, which the recordings were made with; test processes
-# compile with others (tests/conftest.py) and the cases ask for the defaults back
-XLA_DEFAULT = {"xla_backend_optimization_level": 3, "xla_cpu_use_fusion_emitters": True}
+# What jaxrl's runner compiles with on a CPU (its optimisation level, XLA's CPU fusion emitters), which the
+# recordings were made with; test processes compile with other options (tests/conftest.py) and the cases ask for
+# the runner's back
+XLA_DEFAULT = {**CPU_COMPILE_OPTIONS, "xla_cpu_use_fusion_emitters": True}
 
 # DQN's defaults when its cases were recorded (they changed for stability on long runs: see
 # benchmarks/results/dqn_defaults.md)

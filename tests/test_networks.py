@@ -1,5 +1,7 @@
 """Tests for jaxrl.networks: output types and shapes, initialisation, observation flattening."""
 
+import re
+
 import distrax
 import jax
 import jax.numpy as jnp
@@ -157,16 +159,47 @@ def test_minatar_obs_flattened():
     np.testing.assert_allclose(value_tb[1], value, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(64, 64), (4, 64), (64, 2), (10, 10, 3)])
-def test_orthogonal_matches_jax_orthogonal_for_the_same_key(shape):
-    """Gram-Schmidt Q equals LAPACK's sign-corrected QR of the same Gaussian matrix."""
+def test_orthogonal_is_jax_orthogonal_bit_for_bit(shape):
+    """The same Gaussian matrix, the same LAPACK QR and sign fix: the very same kernel as JAX's initialiser."""
     from jaxrl.networks import orthogonal
 
     key = jax.random.key(3)
     ours = orthogonal(1.7)(key, shape)
-    reference = jax.nn.initializers.orthogonal(1.7)(key, shape)
-    np.testing.assert_allclose(np.asarray(ours), np.asarray(reference), atol=2e-4)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(jax.nn.initializers.orthogonal(1.7)(key, shape)))
+    q = np.asarray(ours).reshape(-1, shape[-1]) / 1.7
+    small = min(q.shape)
+    np.testing.assert_allclose(q.T @ q if q.shape[0] >= q.shape[1] else q @ q.T, np.eye(small), atol=1e-5)
+
+
+def _geqrf_operand_ranks(lowered_text: str) -> list[int]:
+    """The rank of each LAPACK geqrf call's operand in a lowered program: 2 unbatched, 3 and more batched."""
+    calls = [line for line in lowered_text.splitlines() if "custom_call @lapack_sgeqrf" in line]
+    return [re.search(r": \(tensor<([0-9x]+)xf32>\)", line).group(1).count("x") + 1 for line in calls]
+
+
+def test_orthogonal_under_vmap_loops_over_unbatched_qrs():
+    """Under one or two vmaps every member gets exactly the kernel it gets alone, and the program holds only
+    unbatched geqrf calls (a batched one can deadlock XLA:CPU's thread pool; see `torsos.orthogonal`)."""
+    from jaxrl.networks import orthogonal
+
+    init = orthogonal(np.sqrt(2))
+    keys = jax.random.split(jax.random.key(0), 6).reshape(2, 3)
+    one = jax.jit(jax.vmap(lambda k: init(k, (4, 64))))
+    two = jax.jit(jax.vmap(jax.vmap(lambda k: init(k, (64, 8)))))
+    alone = lambda k, shape: np.asarray(init(k, shape))  # noqa: E731
+    np.testing.assert_array_equal(np.asarray(one(keys[0])), np.stack([alone(k, (4, 64)) for k in keys[0]]))
+    np.testing.assert_array_equal(
+        np.asarray(two(keys)), np.stack([np.stack([alone(k, (64, 8)) for k in row]) for row in keys])
+    )
+    # A whole actor-critic initialised for 8 vmapped seeds, as a sweep does.
+    net = ActorCritic(action_dim=2, discrete=True, torso=MLPTorso((64, 64)))
+    seeds = jax.jit(jax.vmap(lambda k: net.init(k, jnp.zeros((1, 4)))))
+    for lowered in (one.lower(keys[0]), two.lower(keys), seeds.lower(jax.random.split(jax.random.key(1), 8))):
+        ranks = _geqrf_operand_ranks(lowered.as_text())
+        assert ranks and set(ranks) == {2}, ranks
+    batched = jax.jit(jax.vmap(lambda k: jax.nn.initializers.orthogonal()(k, (64, 8)))).lower(keys[0])
+    assert _geqrf_operand_ranks(batched.as_text()) == [3]  # what a plain vmap of JAX's initialiser gives
 
 
 @pytest.mark.extended

@@ -5,7 +5,8 @@ spec: {"case": a name of `purejaxrl_cases.CASES`, "repeats": int, "devices": int
 The case's config as jaxrl Config fields (PPO: `ppo.Config`; DQN: `dqn.Config` with PureJaxRL's 120-84 relu
 network, no gradient clipping, target copy and learning start in jaxrl's units); timing: `benchmarks.common.measure`
 of `jax.jit(make_train(config, devices))` for one seed (data-parallel over `devices`), `jax.jit(jax.vmap(make_train(
-config)))` for several, their keys sharded over `devices` (whole seeds per device, a sweep's layout).
+config)))` for several, their keys sharded over `devices` (whole seeds per device, a sweep's layout), compiled with
+the XLA options of jaxrl's runner (`jaxrl.run.compile.compiler_options`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def jaxrl_config(algo: str, c: dict):
     )
 
 
+def runner_options() -> dict | None:
+    """The XLA options jaxrl's runner compiles with (`jaxrl.run.compile.compiler_options`; none before it had any)."""
+    try:
+        from jaxrl.run.compile import compiler_options
+    except ImportError:
+        return None
+    return compiler_options()
+
+
 def run(spec: dict) -> dict:
     if spec.get("cpu_threads"):  # before JAX starts its backend
         from jaxrl.sweep.devices import use_cpu_threads
@@ -69,7 +79,8 @@ def run(spec: dict) -> dict:
             key = jax.device_put(key, NamedSharding(mesh, PartitionSpec("seeds")))
     else:  # one run: data-parallel over the devices
         train = base.make_train(config, devices=devices)
-    compile_s, run_s, (_, metrics) = measure(train, key, repeats=spec["repeats"])
+    options = runner_options()
+    compile_s, run_s, (_, metrics) = measure(train, key, repeats=spec["repeats"], compiler_options=options)
     steps = env_steps(config, seeds)
     return {
         "compile_s": compile_s,
@@ -78,6 +89,8 @@ def run(spec: dict) -> dict:
         "steps_per_s": steps / run_s,
         "final_return": mean_final_return(metrics["episode_return"]),
         "environment": environment(),
+        "compiler_options": options,
+        "jaxrl_source": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(base.__file__)))),
     }
 
 

@@ -23,31 +23,29 @@ ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.sil
 
 
 def orthogonal(gain: float = 1.0):
-    """Orthogonal initialiser (Saxe et al. 2014) built from matmuls only.
+    """Orthogonal initialiser (Saxe et al. 2014): `gain` times the Q of a Gaussian matrix, with the signs of R's
+    diagonal moved into Q so that Q is uniformly (Haar) distributed. Bit for bit `jax.nn.initializers.orthogonal`.
 
-    Same distribution as `jax.nn.initializers.orthogonal` (the Q of a Gaussian matrix with R's diagonal made
-    positive), but Q comes from Gram-Schmidt applied twice ("twice is enough", Giraud et al. 2005) instead of
-    LAPACK's geqrf. Under `jax.vmap` on CPU, jaxlib's batched geqrf fans out over the XLA intra-op thread pool
-    and blocks a worker of that same pool waiting for it; inside a vmapped training program on 2 cores this
-    deadlocked at 0% CPU (seen with jaxlib 0.10.2). Matmuls cannot.
+    Under `jax.vmap` the QR runs once per batch member in a loop (`orthonormal_columns`), never as one batched
+    LAPACK call: on CPU, jaxlib's batched geqrf fans out over XLA's intra-op thread pool from a worker of that same
+    pool and waits for it, which inside a vmapped training program on 2 cores deadlocked at 0% CPU (jaxlib 0.10.2).
     """
 
     def init(key, shape, dtype=jnp.float32):
         rows, cols = int(np.prod(shape[:-1])), shape[-1]
         tall = (max(rows, cols), min(rows, cols))
-        a = jax.random.normal(key, tall, jnp.float32)
-
-        def column(q, j):
-            v = a[:, j]
-            v = v - q @ (q.T @ v)  # unfilled columns of q are zero and project nothing
-            v = v - q @ (q.T @ v)
-            return q.at[:, j].set(v / jnp.linalg.norm(v)), None
-
-        q, _ = jax.lax.scan(column, jnp.zeros(tall, jnp.float32), jnp.arange(tall[1]))
+        q = orthonormal_columns(jax.random.normal(key, tall, jnp.float32))
         q = q if rows >= cols else q.T
         return (gain * q).reshape(shape).astype(dtype)
 
     return init
+
+
+@jax.custom_batching.sequential_vmap
+def orthonormal_columns(a: jax.Array) -> jax.Array:
+    """[m, n] (m >= n) -> Q [m, n] of a = QR with R's diagonal positive. Batched by a loop of unbatched QRs."""
+    q, r = jnp.linalg.qr(a)
+    return q * jnp.sign(jnp.diagonal(r))
 
 
 def dense(features: int, gain: float) -> nn.Dense:

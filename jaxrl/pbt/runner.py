@@ -59,7 +59,7 @@ from jaxrl.run.loop import Interrupted
 from jaxrl.run.signals import DeferredStop, TermAsInterrupt, signum_of
 from jaxrl.sweep import gather
 from jaxrl.sweep.devices import AXIS
-from jaxrl.sweep.program import DEVICE_INDEPENDENT_OPTIONS
+from jaxrl.sweep.program import compiler_options
 
 LINEAGE = "lineage."  # the prefix of the lineage's arrays among a checkpoint's metrics
 
@@ -298,7 +298,7 @@ class _Session:
         self.seed, self.key = seed, jax.random.key(seed)
         self.keys, self.fire = step_keys(config, pbt, self.key), fire_schedule(config, pbt)
         self.eval_keys = eval_keys(seed, pbt.population) if pbt.eval_every else None  # = program.eval_stream's
-        self.options = DEVICE_INDEPENDENT_OPTIONS if device_independent else None
+        self.options = compiler_options(device_independent)
         self.metrics, self.parts, self.done, self.saved, self.compiled = [], [], 0, None, {}
 
     def _place(self, tree, sharding):

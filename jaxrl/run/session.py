@@ -20,10 +20,10 @@ from jaxrl import parallel
 from jaxrl.algos.base import Algorithm
 from jaxrl.run import checkpoint, hosts, logging
 from jaxrl.run.compile import (
-    DEVICE_INDEPENDENT_OPTIONS,
     EVAL_METRICS,
     chunk_plan,
     compile_programs,
+    compiler_options,
     eval_keys,
     make_chunk_program,
     make_init,
@@ -135,7 +135,7 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
         keys_eval,
         mesh,
         split,
-        DEVICE_INDEPENDENT_OPTIONS if options.device_independent else None,
+        compiler_options(options.device_independent),
     )
     num_devices = 1 if mesh is None else mesh.size
     return Session(

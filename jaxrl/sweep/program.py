@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm
 from jaxrl.device_rules import check_local_count
-from jaxrl.run.compile import DEVICE_INDEPENDENT_OPTIONS  # noqa: F401 (re-exported: sweeps and PBT compile with it)
+from jaxrl.run.compile import DEVICE_INDEPENDENT_OPTIONS, compiler_options  # noqa: F401 (re-exported)
 from jaxrl.run.report import FINAL_FRACTION, final_return
 from jaxrl.sweep.devices import AXIS, batch_mesh
 from jaxrl.sweep.gather import to_host
@@ -175,7 +175,7 @@ def compile_program(
 ):
     """Validates, batches, places and compiles; returns (compiled, (configs_B, key_data_B), sweep, algo, devices,
     compile_s). Used by `run` and by the benchmarks (which call the compiled program repeatedly).
-    `device_independent`: compile with `DEVICE_INDEPENDENT_OPTIONS`."""
+    `device_independent`: compile with `DEVICE_INDEPENDENT_OPTIONS` too (`compile.compiler_options`)."""
     if not isinstance(sweep, Sweep):
         sweep = from_points(sweep, [{}])
     algo = _algorithm(sweep.base, algo)
@@ -193,7 +193,7 @@ def compile_program(
     # every process computed the same full inputs; each places only the shards of its own devices
     args = jax.tree.map(lambda x: _place(np.asarray(x), sharding), (configs_b, jax.random.key_data(keys_b)))
     start = time.perf_counter()
-    compiled = program.lower(*args).compile(DEVICE_INDEPENDENT_OPTIONS if device_independent else None)
+    compiled = program.lower(*args).compile(compiler_options(device_independent))
     return compiled, args, sweep, algo, devices, time.perf_counter() - start
 
 

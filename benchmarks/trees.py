@@ -1,0 +1,150 @@
+"""jaxrl against jaxrl: two source trees (two commits' worktrees, or a change against main) on PureJaxRL's CartPole
+cases, alternating in one run, one machine.
+
+    git worktree add /tmp/base main
+    python -m benchmarks.trees --base /tmp/base --cases ppo ppo_8_seeds dqn --rounds 2 --out benchmarks/results/NAME
+
+`--change` defaults to this repository. Each tree runs `benchmarks/peer_workers/jaxrl_at_purejaxrl_worker.py` (the
+jaxrl side of `benchmarks.purejaxrl`) in a fresh process with that tree first on `PYTHONPATH` and JAX's persistent
+compilation cache off, base then change in even rounds and the reverse in odd ones (ABBA). Every figure is a
+per-round ratio change / base: env steps/s of the whole jitted train (the best of `--repeats` calls) and compile
+seconds. Output: a table, and `--out` as `.json` (every run) and `.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.common import machine, write_json
+from benchmarks.peer_workers.purejaxrl_cases import CASES
+from benchmarks.peers import ROOT, run_worker
+
+TREES = ("base", "change")
+
+
+def short_commit(tree: Path) -> str:
+    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    return (done.stdout.strip() or "unknown") + (" with changes" if dirty.stdout.strip() else "")
+
+
+def run_tree(tree: Path, spec: dict, timeout_s: float) -> dict:
+    """The jaxrl worker on `spec`, importing jaxrl from `tree`; refuses a result that imported jaxrl elsewhere."""
+    result = run_worker(sys.executable, "jaxrl_at_purejaxrl", spec, timeout_s, extra_env={"PYTHONPATH": str(tree)})
+    if result.get("ok") and Path(result["jaxrl_source"]).resolve() != tree.resolve():
+        return {"ok": False, "error": f"imported jaxrl from {result['jaxrl_source']}, not {tree}"}
+    return result
+
+
+def ratio_rows(results: list[dict]) -> list[dict]:
+    """Per case: both trees' steps/s and compile s over the rounds, and the per-round ratios change / base."""
+    ok = {(r["tree"], r["case"], r["round"]): r for r in results if r["ok"]}
+    table = []
+    for case in dict.fromkeys(r["case"] for r in results):
+        rounds = sorted(
+            {k[2] for k in ok if k[1] == case and ("base", case, k[2]) in ok and ("change", case, k[2]) in ok}
+        )
+        if not rounds:
+            continue
+        pairs = [(ok["base", case, i], ok["change", case, i]) for i in rounds]
+        table.append(
+            {
+                "case": case,
+                "base_steps_per_s": [b["steps_per_s"] for b, _ in pairs],
+                "change_steps_per_s": [c["steps_per_s"] for _, c in pairs],
+                "throughput_ratio": [c["steps_per_s"] / b["steps_per_s"] for b, c in pairs],
+                "base_compile_s": [b["compile_s"] for b, _ in pairs],
+                "change_compile_s": [c["compile_s"] for _, c in pairs],
+                "compile_ratio": [c["compile_s"] / b["compile_s"] for b, c in pairs],
+                "final_return_base": [b["final_return"] for b, _ in pairs],
+                "final_return_change": [c["final_return"] for _, c in pairs],
+            }
+        )
+    return table
+
+
+def markdown(table: list[dict], record: dict) -> str:
+    k = lambda v: "-".join(f"{x / 1e3:.1f}k" for x in (min(v), max(v)))  # noqa: E731
+    r = lambda v, d=2: "-".join(f"{x:.{d}f}" for x in (min(v), max(v)))  # noqa: E731
+    where = record["machine"]
+    lines = [
+        "# jaxrl against jaxrl on PureJaxRL's CartPole cases",
+        "",
+        f"`python -m benchmarks.trees {' '.join(record['argv'])}`: base {record['base']}, change {record['change']}; "
+        f"{where['processor']}, {where['cpu_count']} CPUs, {record['date']}, load before {record['load_before']}, "
+        f"after {record['load_after']}; {record['rounds']} rounds alternating (ABBA), ratios change / base per round.",
+        "",
+        "| case | base env steps/s | change | ratio | compile s base | change | ratio | final return base / change |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in table:
+        returns = f"{r(row['final_return_base'], 1)} / {r(row['final_return_change'], 1)}"
+        lines.append(
+            f"| {row['case']} | {k(row['base_steps_per_s'])} | {k(row['change_steps_per_s'])} | "
+            f"{r(row['throughput_ratio'])} | {r(row['base_compile_s'])} | {r(row['change_compile_s'])} | "
+            f"{r(row['compile_ratio'])} | {returns} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base", type=Path, required=True, help="the tree to compare against (a worktree)")
+    parser.add_argument("--change", type=Path, default=ROOT, help="the tree measured (default: this repository)")
+    parser.add_argument("--cases", nargs="+", default=["ppo", "ppo_8_seeds", "dqn"], choices=list(CASES))
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2, help="calls of each compiled program; the best counts")
+    parser.add_argument("--cpu-threads", type=int, default=1, help="XLA's CPU thread pool (0: XLA's default)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per worker")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "trees")
+    args = parser.parse_args(argv)
+    for tree in (args.base, args.change):
+        if not (tree / "jaxrl" / "__init__.py").is_file():
+            parser.error(f"{tree} is not a jaxrl source tree (no jaxrl/__init__.py)")
+
+    trees = {"base": args.base, "change": args.change}
+    load_before, results = os.getloadavg(), []
+    for i in range(args.rounds):
+        for case in args.cases:
+            for name in TREES if i % 2 == 0 else TREES[::-1]:
+                spec = {
+                    "case": case,
+                    "repeats": args.repeats,
+                    **({"cpu_threads": args.cpu_threads} if args.cpu_threads else {}),
+                }
+                result = {**run_tree(trees[name], spec, args.timeout), "tree": name, "case": case, "round": i}
+                results.append(result)
+                shown = (
+                    f"{result['steps_per_s'] / 1e3:.1f}k steps/s, compile {result['compile_s']:.2f} s"
+                    if result["ok"]
+                    else result.get("error", "")[-300:]
+                )
+                print(f"round {i} {case:12s} {name:6s} {shown}", flush=True)
+    table = ratio_rows(results)
+    record = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
+        "argv": [a if not a.startswith("/") else "DIR" for a in (argv if argv is not None else sys.argv[1:])],
+        "base": short_commit(args.base),
+        "change": short_commit(args.change),
+        "machine": machine(),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "rounds": args.rounds,
+        "table": table,
+        "runs": results,
+    }
+    write_json(args.out.with_suffix(".json"), record)
+    text = markdown(table, record)
+    args.out.with_suffix(".md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
