@@ -5,10 +5,11 @@ cases, alternating in one run, one machine.
     python -m benchmarks.trees --base /tmp/base --cases ppo ppo_8_seeds dqn --rounds 2 --out benchmarks/results/NAME
 
 `--change` defaults to this repository. Each tree runs `benchmarks/peer_workers/jaxrl_at_purejaxrl_worker.py` (the
-jaxrl side of `benchmarks.purejaxrl`) in a fresh process with that tree first on `PYTHONPATH` and JAX's persistent
-compilation cache off, base then change in even rounds and the reverse in odd ones (ABBA). Every figure is a
-per-round ratio change / base: env steps/s of the whole jitted train (the best of `--repeats` calls) and compile
-seconds. Output: a table, and `--out` as `.json` (every run) and `.md`.
+jaxrl side of `benchmarks.purejaxrl`, from this repository) in a fresh process with that tree's `jaxrl` package first
+on `PYTHONPATH` and JAX's persistent compilation cache off, base then change in even rounds and the reverse in odd
+ones (ABBA). Each tree compiles with its own runner's XLA options (none before `jaxrl.run.compile.compiler_options`).
+Every figure is a per-round ratio change / base: env steps/s of the whole jitted train (the best of `--repeats`
+calls) and compile seconds. Output: a table, and `--out` as `.json` (every run) and `.md`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import datetime
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from benchmarks.common import machine, write_json
@@ -36,8 +38,12 @@ def short_commit(tree: Path) -> str:
 
 
 def run_tree(tree: Path, spec: dict, timeout_s: float) -> dict:
-    """The jaxrl worker on `spec`, importing jaxrl from `tree`; refuses a result that imported jaxrl elsewhere."""
-    result = run_worker(sys.executable, "jaxrl_at_purejaxrl", spec, timeout_s, extra_env={"PYTHONPATH": str(tree)})
+    """The jaxrl worker on `spec`, importing jaxrl from `tree` and everything else (the benchmark's own code
+    included) as usual; refuses a result that imported jaxrl from elsewhere."""
+    with tempfile.TemporaryDirectory(prefix="jaxrl-tree-") as only_jaxrl:
+        (Path(only_jaxrl) / "jaxrl").symlink_to(tree.resolve() / "jaxrl")
+        path = os.pathsep.join([only_jaxrl, str(ROOT)])
+        result = run_worker(sys.executable, "jaxrl_at_purejaxrl", spec, timeout_s, extra_env={"PYTHONPATH": path})
     if result.get("ok") and Path(result["jaxrl_source"]).resolve() != tree.resolve():
         return {"ok": False, "error": f"imported jaxrl from {result['jaxrl_source']}, not {tree}"}
     return result

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -444,3 +445,40 @@ def test_memory_cores_row_on_a_popgym_task_has_both_returns(tmp_path):
     record = memory_cores.merge(tmp_path / "none.json", [row, {**old, "core": "gru"}])
     table = memory_cores.markdown({**record, "machine": {"processor": "x", "cpu_count": 2}})
     assert f"| {row['training_return_mean']:.2f} |" in table and "| not recorded |" in table
+
+
+def test_trees_pair_each_round_and_refuse_jaxrl_from_elsewhere(monkeypatch, tmp_path):
+    from benchmarks import trees
+
+    def run(tree, case, round_index, steps_per_s, compile_s=1.0):
+        return dict(ok=True, tree=tree, case=case, round=round_index, steps_per_s=steps_per_s,
+                    compile_s=compile_s, final_return=500.0)  # fmt: skip
+
+    results = [
+        run("base", "ppo", 0, 100e3, 2.0),
+        run("change", "ppo", 0, 150e3),
+        run("change", "ppo", 1, 120e3, 3.0),
+        run("base", "ppo", 1, 100e3),
+        run("change", "dqn", 0, 50e3),
+        {"ok": False, "tree": "base", "case": "dqn", "round": 0, "error": "x"},
+    ]
+    (row,) = trees.ratio_rows(results)  # dqn's base run failed: nothing to pair with
+    assert row["case"] == "ppo" and row["throughput_ratio"] == [1.5, 1.2] and row["compile_ratio"] == [0.5, 3.0]
+    record = {"argv": [], "base": "a", "change": "b", "date": "d", "load_before": [], "load_after": [],
+              "rounds": 2, "machine": {"processor": "cpu", "cpu_count": 2}}  # fmt: skip
+    assert "| ppo | 100.0k-100.0k | 120.0k-150.0k | 1.20-1.50 |" in trees.markdown([row], record)
+
+    # a worker that imported jaxrl from another tree is refused
+    tree = tmp_path / "tree"
+    (tree / "jaxrl").mkdir(parents=True)
+    seen = {}
+
+    def worker(python, name, spec, timeout_s, extra_env=None):
+        seen["jaxrl"] = Path(extra_env["PYTHONPATH"].split(os.pathsep)[0], "jaxrl").resolve()
+        return {"ok": True, "jaxrl_source": str(tmp_path / "elsewhere")}
+
+    monkeypatch.setattr(trees, "run_worker", worker)
+    assert not trees.run_tree(tree, {"case": "ppo"}, 1.0)["ok"]
+    assert seen["jaxrl"] == (tree / "jaxrl").resolve()  # the tree's package comes first on the worker's path
+    monkeypatch.setattr(trees, "run_worker", lambda *a, **k: {"ok": True, "jaxrl_source": str(tree)})
+    assert trees.run_tree(tree, {"case": "ppo"}, 1.0)["ok"]

@@ -90,7 +90,7 @@ def run(spec: dict) -> dict:
         "final_return": mean_final_return(metrics["episode_return"]),
         "environment": environment(),
         "compiler_options": options,
-        "jaxrl_source": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(base.__file__)))),
+        "jaxrl_source": os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(base.__file__)))),
     }
 
 
