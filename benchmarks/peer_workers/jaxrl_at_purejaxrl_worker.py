@@ -6,7 +6,8 @@ The case's config as jaxrl Config fields (PPO: `ppo.Config`; DQN: `dqn.Config` w
 network, no gradient clipping, target copy and learning start in jaxrl's units); timing: `benchmarks.common.measure`
 of `jax.jit(make_train(config, devices))` for one seed (data-parallel over `devices`), `jax.jit(jax.vmap(make_train(
 config)))` for several, their keys sharded over `devices` (whole seeds per device, a sweep's layout), compiled with
-the XLA options of jaxrl's runner (`jaxrl.run.compile.compiler_options`).
+the XLA options of jaxrl's runner (`jaxrl.run.compile.compiler_options`). distrax is imported before the clock
+starts, as PureJaxRL's modules import it on import: the compile seconds are tracing, lowering and XLA, no imports.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def run(spec: dict) -> dict:
     algo, c, seeds, devices = case(spec["case"])
     devices = spec.get("devices", devices)
     config = jaxrl_config(algo, c)
+    import distrax  # noqa: F401  (jaxrl imports it when a policy is first traced; PureJaxRL's modules on import)
+
     key = jax.random.key(0)
     if seeds > 1:  # whole seeds per device, as a sweep lays them out
         train, key = jax.vmap(base.make_train(config)), jax.random.split(key, seeds)
