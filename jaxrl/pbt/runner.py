@@ -54,12 +54,11 @@ from jaxrl.pbt.lineage import Lineage
 from jaxrl.pbt.population import PBTConfig, validate
 from jaxrl.pbt.program import fire_schedule, make_chunk, make_start, step_keys
 from jaxrl.run import checkpoint, folder, hosts
-from jaxrl.run.compile import cache_events, cache_note, chunk_sizes, eval_keys
+from jaxrl.run.compile import cache_events, cache_note, chunk_sizes, compiler_options, eval_keys
 from jaxrl.run.loop import Interrupted
 from jaxrl.run.signals import DeferredStop, TermAsInterrupt, signum_of
 from jaxrl.sweep import gather
 from jaxrl.sweep.devices import AXIS
-from jaxrl.sweep.program import compiler_options
 
 LINEAGE = "lineage."  # the prefix of the lineage's arrays among a checkpoint's metrics
 

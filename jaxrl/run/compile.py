@@ -48,8 +48,9 @@ SEED_AXIS = "seeds"  # the axis of a seeds mesh
 # seed_devices 1 vs 2), at some speed
 DEVICE_INDEPENDENT_OPTIONS = {"xla_disable_hlo_passes": "algsimp"}
 
-# LLVM's optimisation level 2 instead of XLA's default 3 for CPU code: the same numbers bit for bit (every golden
-# case replays at it) and the same speed, in 0.76-0.92x the compile seconds (benchmarks/results/cpu_compile_level*)
+# XLA's optimisation level 2 instead of its default 3 for CPU code: programs as fast, in 0.76-0.92x the compile
+# seconds (PureJaxRL's PPO and DQN configs, 8 vmapped seeds, SAC, MinAtar's CNN; benchmarks/results/notes/
+# one_device_limits.md), whose numbers differ from level 3's in the last bits (the golden cases are recorded at it)
 CPU_COMPILE_OPTIONS = {"xla_backend_optimization_level": 2}
 
 
