@@ -15,16 +15,16 @@ calls) and compile seconds. Output: a table, and `--out` as `.json` (every run) 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import machine, write_json
+from benchmarks.common import write_json
 from benchmarks.peer_workers.purejaxrl_cases import CASES
 from benchmarks.peers import ROOT, run_worker
+from benchmarks.purejaxrl import run_record, shown
 
 TREES = ("base", "change")
 
@@ -127,25 +127,10 @@ def main(argv=None) -> None:
                 }
                 result = {**run_tree(trees[name], spec, args.timeout), "tree": name, "case": case, "round": i}
                 results.append(result)
-                shown = (
-                    f"{result['steps_per_s'] / 1e3:.1f}k steps/s, compile {result['compile_s']:.2f} s"
-                    if result["ok"]
-                    else result.get("error", "")[-300:]
-                )
-                print(f"round {i} {case:12s} {name:6s} {shown}", flush=True)
+                print(f"round {i} {case:12s} {name:6s} {shown(result, compile_digits=2)}", flush=True)
     table = ratio_rows(results)
-    record = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
-        "argv": [a if not a.startswith("/") else "DIR" for a in (argv if argv is not None else sys.argv[1:])],
-        "base": short_commit(args.base),
-        "change": short_commit(args.change),
-        "machine": machine(),
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
-        "rounds": args.rounds,
-        "table": table,
-        "runs": results,
-    }
+    record = {**run_record(argv, args.rounds, results, load_before), "table": table}
+    record.update(base=short_commit(args.base), change=short_commit(args.change))
     write_json(args.out.with_suffix(".json"), record)
     text = markdown(table, record)
     args.out.with_suffix(".md").write_text(text)

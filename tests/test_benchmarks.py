@@ -482,3 +482,24 @@ def test_trees_pair_each_round_and_refuse_jaxrl_from_elsewhere(monkeypatch, tmp_
     assert seen["jaxrl"] == (tree / "jaxrl").resolve()  # the tree's package comes first on the worker's path
     monkeypatch.setattr(trees, "run_worker", lambda *a, **k: {"ok": True, "jaxrl_source": str(tree)})
     assert trees.run_tree(tree, {"case": "ppo"}, 1.0)["ok"]
+
+
+def test_trees_alternate_the_two_trees_and_write_both_files(monkeypatch, tmp_path):
+    from benchmarks import trees
+
+    calls = []
+
+    def fake(tree, spec, timeout_s):
+        calls.append(("base" if tree.name == "a" else "change", spec["case"]))
+        return {"ok": True, "steps_per_s": 1e3 if tree.name == "a" else 2e3, "compile_s": 1.0, "final_return": 1.0}
+
+    monkeypatch.setattr(trees, "run_tree", fake)
+    for name in ("a", "b"):
+        (tmp_path / name / "jaxrl").mkdir(parents=True)
+        (tmp_path / name / "jaxrl" / "__init__.py").touch()
+    out = tmp_path / "result"
+    trees.main(["--base", str(tmp_path / "a"), "--change", str(tmp_path / "b"), "--cases", "dqn", "--out", str(out)])
+    assert calls == [("base", "dqn"), ("change", "dqn"), ("change", "dqn"), ("base", "dqn")]  # A, B, B, A
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["table"][0]["throughput_ratio"] == [2.0, 2.0] and record["argv"][1] == "DIR"
+    assert "| dqn | 1.0k-1.0k | 2.0k-2.0k | 2.00-2.00 |" in out.with_suffix(".md").read_text()
