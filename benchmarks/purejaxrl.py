@@ -151,8 +151,9 @@ def markdown(table: list[dict], record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def commit() -> str:
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+def commit(tree: Path = ROOT) -> str:
+    """The short commit of the git checkout `tree` (this repository by default)."""
+    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return done.stdout.strip() or "unknown"
 
 

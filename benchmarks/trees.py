@@ -24,17 +24,17 @@ from pathlib import Path
 from benchmarks.common import write_json
 from benchmarks.peer_workers.purejaxrl_cases import CASES
 from benchmarks.peers import ROOT, run_worker
-from benchmarks.purejaxrl import run_record, shown
+from benchmarks.purejaxrl import commit, run_record, shown
 
 TREES = ("base", "change")
 
 
 def short_commit(tree: Path) -> str:
-    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    """`tree`'s short commit, and whether its tracked files differ from it."""
     dirty = subprocess.run(
         ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
     )
-    return (done.stdout.strip() or "unknown") + (" with changes" if dirty.stdout.strip() else "")
+    return commit(tree) + (" with changes" if dirty.stdout.strip() else "")
 
 
 def run_tree(tree: Path, spec: dict, timeout_s: float) -> dict:

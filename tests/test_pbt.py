@@ -16,7 +16,7 @@ from flax import struct
 from conftest import _host
 from jaxrl import envs, pbt
 from jaxrl.algos import base, ppo
-from jaxrl.sweep.program import DEVICE_INDEPENDENT_OPTIONS
+from jaxrl.run.compile import DEVICE_INDEPENDENT_OPTIONS
 
 CONFIG = ppo.Config(
     num_envs=4, num_steps=16, total_timesteps=4 * 16 * 5, update_epochs=1, num_minibatches=2, hidden_sizes=(8, 8)
@@ -265,7 +265,7 @@ def test_initial_population_draws_from_priors_and_keeps_member_zero():
 def test_population_without_exploit_equals_independent_runs():
     """ready = num_iterations: the only ready step would follow the last iteration, so it is skipped, and the
     program is `jax.vmap(base.train)` of the same configs and keys, bit for bit. Both compile without XLA's
-    algebraic simplifier (`sweep.program.DEVICE_INDEPENDENT_OPTIONS`), which otherwise rewrites two differently
+    algebraic simplifier (`run.compile.DEVICE_INDEPENDENT_OPTIONS`), which otherwise rewrites two differently
     nested programs differently, 1 ulp apart."""
     config = pbt.PBTConfig(population=4, ready=CONFIG.num_iterations, explore=EXPLORE)
     configs = pbt.initial_population(CONFIG, config, jax.random.key(0))

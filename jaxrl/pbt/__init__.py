@@ -22,7 +22,7 @@ a member continues with its new hyperparameters from the next iteration on. Rank
 perturbation run inside the program: `lax.scan` over ready blocks, each a `lax.scan` of `ready` iterations
 followed by the exploit/explore step; no host round trip. No step follows the run's last iteration, so a
 population with `ready = num_iterations` is `jax.vmap(base.train)` of its configs and member keys (bit for bit
-when both compile without XLA's algebraic simplifier, `sweep.program.DEVICE_INDEPENDENT_OPTIONS`: it rewrites
+when both compile without XLA's algebraic simplifier, `run.compile.DEVICE_INDEPENDENT_OPTIONS`: it rewrites
 differently nested programs differently, 1 ulp apart). Iterations past the last whole block run at the end,
 after a last exploit/explore step.
 

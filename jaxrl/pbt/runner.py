@@ -14,7 +14,7 @@ same chunk programs and equals the uninterrupted one bit for bit. A chunk consum
 The members are sharded over `devices` (a 1-D mesh, as a sweep's rows; the population a multiple of the device
 count); exploit copies states across devices inside the program, and the ranks, parents and perturbations are
 the same on any device count. `device_independent=True` compiles without XLA's algebraic simplifier
-(`sweep.program.DEVICE_INDEPENDENT_OPTIONS`), which rewrites the program differently per device count. Measured on
+(`run.compile.DEVICE_INDEPENDENT_OPTIONS`), which rewrites the program differently per device count. Measured on
 a 4-member PPO CartPole population, 1 against 2 CPU devices: bit-identical (TrainStates, metrics, lineage) with it
 at XLA CPU's `--xla_backend_optimization_level=1` on an AVX2 CPU, or on an AVX-512 one with XLA's code held to
 AVX2 (`--xla_cpu_max_isa=AVX2`); with AVX-512 code, or at the default level 2, LLVM vectorises a device's share of

@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 from jaxrl.algos import base
 from jaxrl.algos.base import Algorithm
 from jaxrl.device_rules import check_local_count
-from jaxrl.run.compile import DEVICE_INDEPENDENT_OPTIONS, compiler_options  # noqa: F401 (re-exported: PBT's docs name it)
+from jaxrl.run.compile import compiler_options
 from jaxrl.run.report import FINAL_FRACTION, final_return
 from jaxrl.sweep.devices import AXIS, batch_mesh
 from jaxrl.sweep.gather import to_host
