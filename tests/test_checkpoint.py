@@ -69,6 +69,60 @@ def test_mismatched_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
         loop.run(ppo, CONFIG, seeds=2, run_dir=tmp_path / "empty", progress=False, resume=True)
 
 
+def _adam_per_parameter_array_and_raveled(seeds=2):
+    """Parameters of `seeds` seeds and two optimiser states after the same two gradient steps: Adam per parameter
+    array (the layout an earlier jaxrl saved) and the run's optimiser over one raveled vector."""
+    import optax
+
+    from jaxrl import optim
+
+    keys = jax.random.split(jax.random.key(7), 4)
+    params = {
+        "critic": {"kernel": jax.random.normal(keys[0], (seeds, 3, 4)), "bias": jnp.zeros((seeds, 4))},
+        "actor": {"kernel": jax.random.normal(keys[1], (seeds, 5, 2))},
+    }
+    per_array = optax.chain(optim.gradient_clipping(0.5), optax.adam(1e-3, eps=1e-5))
+    raveled = optim.clipped_optimizer("adam", 1e-3, 0.5)
+    states = []
+    for tx in (per_array, raveled):
+        state = jax.vmap(tx.init)(params)
+        for key in keys[2:]:
+            grads = jax.tree.map(lambda x, k=key: jax.random.normal(k, x.shape), params)
+            state = jax.vmap(lambda g, s, tx=tx: tx.update(g, s)[1])(grads, state)
+        states.append(state)
+    return params, *states
+
+
+def test_an_optimiser_state_per_parameter_array_is_raveled_into_the_vector(tmp_path, capsys):
+    """A checkpoint whose optimiser moments are per parameter array (an earlier jaxrl's layout) restores into the
+    run's raveled vector: each seed's leaves, flattened row-major, concatenated in tree order (a NumPy reference),
+    which is the order `optax.flatten` ravels in: the moments match what the raveled optimiser computed from the
+    same gradients. One line on stderr says so."""
+    params, per_array, raveled = _adam_per_parameter_array_and_raveled()
+    checkpoint.save(tmp_path, 2, {"params": params, "opt_state": per_array}, {}, {"algo": "ppo"})
+    iteration, restored, _ = checkpoint.restore(tmp_path, {"params": params, "opt_state": raveled}, {"algo": "ppo"})
+    assert iteration == 2 and "an earlier jaxrl's layout" in capsys.readouterr().err
+    assert jax.tree.structure(restored) == jax.tree.structure({"params": params, "opt_state": raveled})
+    assert_trees_close(restored["params"], params, rtol=0, atol=0)
+    saved_adam, restored_adam, raveled_adam = per_array[1][0], restored["opt_state"][1][0], raveled[1][0]
+    for moment in ("mu", "nu"):
+        tree = getattr(saved_adam, moment)
+        leaves = [np.asarray(tree[m][k]) for m in ("actor", "critic") for k in sorted(tree[m])]
+        reference = np.concatenate([leaf.reshape(2, -1) for leaf in leaves], axis=1)
+        np.testing.assert_array_equal(np.asarray(getattr(restored_adam, moment)), reference)
+        np.testing.assert_allclose(getattr(restored_adam, moment), getattr(raveled_adam, moment), rtol=1e-5)
+    np.testing.assert_array_equal(restored_adam.count, raveled_adam.count)
+
+
+def test_an_optimiser_tree_that_does_not_ravel_into_the_vector_is_one_line(tmp_path):
+    params, per_array, raveled = _adam_per_parameter_array_and_raveled()
+    checkpoint.save(tmp_path, 2, {"params": params, "opt_state": per_array}, {}, {"algo": "ppo"})
+    longer = jax.tree.map(lambda x: jnp.concatenate([x, x], -1) if x.ndim == 2 and x.shape[1] > 1 else x, raveled)
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        checkpoint.restore(tmp_path, {"params": params, "opt_state": longer}, {"algo": "ppo"})
+    assert "ravel into (2, 26), not its (2, 52)" in str(error.value) and "\n" not in str(error.value)
+
+
 def test_a_state_laid_out_otherwise_is_one_line_naming_the_leaves(tmp_path):
     """A checkpoint whose training state has other arrays than the one the run builds (another jaxrl version's
     optimiser state, say) is refused in one line naming a leaf on each side, not with orbax's structure error and

@@ -1,5 +1,6 @@
 """Evaluation on fresh episodes, and `jaxrl eval RUN_DIR`."""
 
+import csv
 import dataclasses
 
 import jax
@@ -10,7 +11,7 @@ import pytest
 from conftest import assert_trees_close
 from jaxrl import cli, envs
 from jaxrl.algos import ALGORITHMS, base
-from jaxrl.run import checkpoint
+from jaxrl.run import checkpoint, logging
 from jaxrl.run.evaluate import evaluate, restore_latest
 
 
@@ -75,24 +76,38 @@ def test_evaluating_a_checkpoint_reads_no_replay_buffer(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_checkpoint_with_another_optimiser_layout_plays_but_does_not_resume(tmp_path, capsys, monkeypatch):
-    """A run checkpointed by a jaxrl whose optimiser state is laid out otherwise (here the optimiser per parameter
-    array, not over one raveled vector): `jaxrl eval` plays it, since no policy reads the optimiser state, and a
-    resume is refused in one line naming a leaf on each side."""
+def test_a_checkpoint_with_the_optimiser_per_parameter_array_plays_and_resumes(tmp_path, capsys, monkeypatch):
+    """A run checkpointed by a jaxrl whose optimiser state is per parameter array (not over one raveled vector), and
+    interrupted: `jaxrl eval` plays it, since no policy reads the optimiser state, and a resume reads the moments
+    into the raveled vector, says so in one line and trains to the end."""
     from jaxrl import optim
 
     run_dir = tmp_path / "run"
-    argv = "train ppo --num-envs 4 --num-steps 16 --total-timesteps 256 --update-epochs 1 --num-minibatches 2"
+    argv = "train ppo --num-envs 4 --num-steps 16 --total-timesteps 512 --update-epochs 1 --num-minibatches 2"
     monkeypatch.setattr(optim.optax, "flatten", lambda transformation: transformation)
-    assert cli.main([*argv.split(), "--no-progress", "--run-dir", str(run_dir)]) == 0
+    calls = {"n": 0}
+    write = logging.CsvSink.write
+
+    def interrupt_on_second_chunk(self, *args):
+        calls["n"] += 1
+        write(self, *args)
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(logging.CsvSink, "write", interrupt_on_second_chunk)
+    assert cli.main([*argv.split(), "--no-progress", "--chunks", "4", "--run-dir", str(run_dir)]) != 0
     monkeypatch.undo()
+    stopped = checkpoint.latest_iteration(run_dir / "checkpoints")
+    assert 0 < stopped < 8
     capsys.readouterr()
     assert cli.main(["eval", str(run_dir), "--episodes", "2"]) == 0
-    assert "checkpoint after iteration 4" in capsys.readouterr().out
-    assert cli.main(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) != 0
-    error = capsys.readouterr().err.strip()
-    assert "laid out otherwise" in error and "opt_state" in error and "another version of jaxrl" in error
-    assert "\n" not in error
+    assert f"checkpoint after iteration {stopped}" in capsys.readouterr().out
+    assert cli.main(["train", "ppo", "--resume", str(run_dir), "--no-progress"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "an earlier jaxrl's layout" in line]
+    assert len(notes) == 1 and "opt_state" not in notes[0]
+    assert checkpoint.latest_iteration(run_dir / "checkpoints") == 8
+    iterations = [int(row["iteration"]) for row in csv.DictReader((run_dir / "metrics.csv").open())]
+    assert iterations == list(range(8))
 
 
 @pytest.mark.extended

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.run import checkpoint_layout as layout
 from jaxrl.run import hosts
 from jaxrl.run.checkpoint_steps import CHECKSUMS, latest_iteration  # noqa: F401 (latest_iteration: importable here)
 from jaxrl.run.checkpoint_steps import steps as _steps
@@ -343,7 +344,8 @@ def restore(
     """Restores the latest checkpoint into the structure of `like_state` (a state or its `jax.eval_shape`).
 
     Raises CheckpointError when there is none, when it cannot be read, when its `info` differs from `info`, or
-    when its state lacks arrays that `like_state` has (a layout of another jaxrl version), naming one.
+    when its state lacks arrays that `like_state` has (a layout of another jaxrl version), naming one. An
+    optimiser state saved per parameter array is read into the run's raveled vector (`checkpoint_layout`).
     A checkpoint of a data-parallel run on another device count than `devices` is read in its own layout,
     `like_for(saved_devices)` (the abstract state on that count), and laid out for `devices`
     (`parallel.relayout`); without `like_for` it is refused. `leave_out`: fields of the state that are not
@@ -370,7 +372,7 @@ def restore(
             changed = differences(meta["info"], info)
             if changed:
                 raise CheckpointError(f"checkpoint {step_dir} was written by a different run: {changed}")
-            _check_layout(step_dir, without_empty(kept_abstract))
+            subtrees = _raveled_subtrees(step_dir, without_empty(kept_abstract))
             saved_devices = int(meta.get("devices", 1))
             if saved_devices != devices:
                 if like_for is None:
@@ -382,16 +384,18 @@ def restore(
                 abstract = jax.eval_shape(unwrap_keys, like_for(saved_devices))
                 abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract)
             reading = None
-            if kept is not like_state and saved_devices == devices:  # read the kept fields alone
+            if kept is not like_state and saved_devices == devices and not subtrees:  # read the kept fields alone
                 reading = _partial_reading(_kept_fields(without_empty(kept_abstract), leave_out))
             partial = reading is not None
             if partial:
                 abstract = kept_abstract
             else:
-                reading = ocp.args.StandardRestore(without_empty(abstract))
+                reading = ocp.args.StandardRestore(layout.expanded(without_empty(abstract), subtrees))
             restored = manager.restore(iteration, args=ocp.args.Composite(state=reading))["state"]
             if partial:
                 restored = _as_states(restored, kept_abstract)
+            if subtrees:
+                restored = _raveled(restored, without_empty(abstract), subtrees, step_dir)
             restored = with_empty(restored, abstract)
             if saved_devices != devices:
                 restored = _relayout(restored, saved_devices, target, devices, step_dir)
@@ -418,38 +422,24 @@ def restore(
     return iteration, state, metrics
 
 
-def _leaf_paths(tree) -> set[str]:
-    """The path of every array of `tree` ("opt_state/1/0/mu"), as orbax's metadata and the state's pytree name it."""
-
-    def name(key) -> str:
-        for attribute in ("key", "name", "idx"):
-            if hasattr(key, attribute):
-                return str(getattr(key, attribute))
-        return str(key)
-
-    leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
-    return {"/".join(name(key) for key in path) for path, _ in leaves}
-
-
-def _check_layout(step_dir: Path, wanted) -> None:
-    """Raises CheckpointError when the checkpoint's state lacks arrays of `wanted` (the abstract state to read):
-    a training state laid out otherwise, such as another jaxrl version's optimiser state. Passes when orbax's
-    metadata cannot be read: the restore itself then says what is wrong."""
-    import orbax.checkpoint as ocp
-
+def _raveled_subtrees(step_dir: Path, wanted) -> dict[str, Any]:
+    """`checkpoint_layout.raveled_subtrees` of the state saved in `step_dir`, its refusal a CheckpointError."""
     try:
-        saved = _leaf_paths(ocp.PyTreeCheckpointer().metadata(step_dir / "state").item_metadata)
-    except Exception:
-        return
-    wanted = _leaf_paths(wanted)
-    missing, unread = sorted(wanted - saved), sorted(saved - wanted)
-    if missing and saved:
-        other = f" and holds {unread[0]} instead" if unread else ""
-        raise CheckpointError(
-            f"checkpoint {step_dir} holds a training state laid out otherwise than this jaxrl's for the run: it has "
-            f"no {missing[0]}{f' (nor {len(missing) - 1} more)' if len(missing) > 1 else ''}{other}. It was "
-            "written by another version of jaxrl; resume or evaluate it with that version."
-        )
+        return layout.raveled_subtrees(layout.saved_tree(step_dir), wanted, step_dir)
+    except layout.LayoutError as error:
+        raise CheckpointError(str(error)) from None
+
+
+def _raveled(restored, abstract, subtrees: dict[str, Any], step_dir: Path):
+    try:
+        restored = layout.ravel(restored, abstract, subtrees, step_dir)
+    except layout.LayoutError as error:
+        raise CheckpointError(str(error)) from None
+    note(
+        f"checkpoint {step_dir} holds the optimiser's state per parameter array (an earlier jaxrl's layout): "
+        "read into this jaxrl's one raveled vector, the same numbers."
+    )
+    return restored
 
 
 def _relayout(state, saved_devices: int, target, devices: int, step_dir: Path):
