@@ -27,6 +27,24 @@ def no_critic(env) -> ValueFn:
     return functools.partial(zero_value, obs_ndim=len(env.spec.observation_shape))
 
 
+CRITIC_CHUNK_ROWS = 16384
+"""Rows (time steps x envs) per pass of the critic over a rollout's observations when it has more than
+4 x CRITIC_CHUNK_ROWS of them (`values_of`)."""
+
+
+def values_of(value: ValueFn, obs: jax.Array) -> jax.Array:
+    """value(obs) for a rollout's observations [T + 1, N, ...]: in one pass, or, beyond 4 x CRITIC_CHUNK_ROWS rows,
+    over chunks of whole time steps of about CRITIC_CHUNK_ROWS rows each (`jax.lax.map`). One pass materialises
+    every layer's activations for all rows ([T + 1, N, width]); at thousands of envs they no longer fit in the CPU's
+    caches and the pass waits on memory, while a chunk's activations stay in them. The chunks give the values of
+    one pass, bit for bit where each chunk's rows fill the matrix products' row tiles (N a multiple of 16) and
+    otherwise in all but the last bits of a few rows."""
+    steps, envs = obs.shape[:2]
+    if steps * envs <= 4 * CRITIC_CHUNK_ROWS or (isinstance(value, functools.partial) and value.func is zero_value):
+        return value(obs)
+    return jax.lax.map(value, obs, batch_size=max(1, CRITIC_CHUNK_ROWS // envs))
+
+
 @struct.dataclass
 class EnvCarry:
     """The batch of environments between rollouts: their state and current observation."""
@@ -53,12 +71,14 @@ def rollout(
     """Steps `env` (a jaxrl VecEnv with episode statistics) `num_steps` times with the policy `act`.
 
     Only the policy runs inside the sequential scan; the critic runs after it on all [T + 1, N] observations
-    at once (the parameters do not change during a rollout, so the values are those an in-loop critic would
-    give, from fewer, larger matmuls). `next_values[t]` is the value of the true successor of step t:
-    V(o_{t+1}) inside an episode, 0 where it terminated, and where it was truncated the value of gymnax's
-    `info["final_observation"]` (the next observation there is the auto-reset one). Truncations come from
-    the time limit, so at most `env.max_truncations(T)` occur in a window; only those successors are
-    gathered and evaluated, instead of a second critic pass over every step.
+    at once, or in chunks of time steps at thousands of envs (`values_of`): the parameters do not change during a
+    rollout, so the values are those an in-loop critic would give, from fewer, larger matmuls.
+
+    `next_values[t]` is the value of the true successor of step t: V(o_{t+1}) inside an episode, 0 where it
+    terminated, and where it was truncated the value of gymnax's `info["final_observation"]` (the next
+    observation there is the auto-reset one). Truncations come from the time limit, so at most
+    `env.max_truncations(T)` occur in a window; only those successors are gathered and evaluated, instead of a
+    second critic pass over every step.
 
     With the static `keep_next_obs=True` the trajectory also holds `next_obs[t]`, the true successor
     observation of step t (`info["final_observation"]`), which replay-based learners store.
@@ -83,7 +103,7 @@ def rollout(
     carry, (obs, actions, rewards, terminated, truncated, log_probs, final_obs, episode_return, episode_length) = (
         jax.lax.scan(step, carry, jax.random.split(parallel.device_key(key), (num_steps, 2)))
     )
-    values = value(jnp.concatenate([obs, carry.obs[None]]))  # [T + 1, N]
+    values = values_of(value, jnp.concatenate([obs, carry.obs[None]]))  # [T + 1, N]
     next_values = jnp.where(terminated, 0.0, values[1:])
     next_values = bootstrap_truncated(
         next_values, truncated & ~terminated, final_obs, value, env.max_truncations(num_steps)

@@ -123,6 +123,31 @@ def test_log_probs_and_values_match_network(name, request):
         np.testing.assert_allclose(traj.log_probs, np.log(0.5), atol=0.05)
 
 
+@pytest.mark.parametrize("num_envs", [64, 128, 300])
+def test_critic_over_many_envs_runs_in_chunks_of_time_steps_bit_for_bit(num_envs, monkeypatch):
+    """Beyond 4 x CRITIC_CHUNK_ROWS rows the critic's pass over a rollout's [T + 1, N] observations is a
+    `lax.map` over chunks of whole time steps (the last one shorter where they do not divide), giving the values
+    of one pass: bit for bit where a chunk's rows are a multiple of the products' row tile (128 envs), else within
+    float32 rounding; at or under it, one pass, the same program as the critic alone."""
+    monkeypatch.setattr(rollout, "CRITIC_CHUNK_ROWS", 256)  # chunks beyond 1024 rows: 9 steps of 128 envs
+    critic = ppo.setup(ppo.Config(env="CartPole-v1")).network
+    obs = jax.random.normal(jax.random.key(0), (9, num_envs, 4))
+    params = jax.jit(critic.init)(jax.random.key(1), obs[0])
+
+    def value(o):
+        return critic.apply(params, o, method=ActorCritic.value)
+
+    chunked = jax.make_jaxpr(lambda o: rollout.values_of(value, o))(obs)
+    maps = [eqn for eqn in chunked.jaxpr.eqns if eqn.primitive.name == "scan"]
+    assert len(maps) == (1 if obs.shape[0] * obs.shape[1] > 4 * 256 else 0)
+    if maps:
+        assert maps[0].params["length"] == obs.shape[0] // max(1, 256 // obs.shape[1])
+    chunked, whole = jax.jit(lambda o: rollout.values_of(value, o))(obs), jax.jit(value)(obs)
+    if num_envs % 16 == 0:
+        np.testing.assert_array_equal(chunked, whole)
+    np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.slow
 def test_next_values_are_successor_values(cartpole64, traj64):
     traj = to_np(traj64)
