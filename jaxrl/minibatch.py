@@ -2,6 +2,7 @@
 
 `minibatch_epochs` shuffles single steps (feedforward learners); `sequence_minibatch_epochs` shuffles whole
 environment sequences, keeping each in time order with the state it started from (recurrent learners).
+`gradient_in_chunks` takes a large minibatch's gradient over chunks of it, for a loss that is a mean over samples.
 """
 
 from collections.abc import Callable
@@ -12,6 +13,44 @@ import optax
 
 from jaxrl import parallel
 from jaxrl.shuffle import permutation
+
+GRADIENT_CHUNK_ROWS = 4096
+"""Samples per chunk of `gradient_in_chunks`."""
+
+GRADIENT_CHUNKS_FROM = 16384
+"""Minibatches of more samples than this take their gradient in chunks, where a learner allows it
+(`actor_critic.minibatch_updates`)."""
+
+
+def gradient_in_chunks(grad_fn: Callable, rows: int = GRADIENT_CHUNK_ROWS) -> Callable:
+    """`grad_fn(params, minibatch) -> (grads, stats)` of a loss and stats that are means over the minibatch's
+    samples (leading axis; no statistic across samples, such as an advantage normalisation, inside), taken over
+    chunks of `rows` samples in a `lax.scan`, one shorter chunk for the rest (a minibatch under `rows`: whole).
+    The chunks' (grads, stats) are averaged with weights m_c / M: the whole minibatch's mean up to float32
+    rounding. Each chunk's forward and backward activations stay in the CPU's caches, where a whole minibatch of
+    tens of thousands of samples waits on memory."""
+
+    def chunked(params, minibatch):
+        size = jax.tree.leaves(minibatch)[0].shape[0]
+        whole, rest = divmod(size, rows)
+        if whole == 0:
+            return grad_fn(params, minibatch)
+        head = jax.tree.map(lambda x: x[: whole * rows].reshape((whole, rows) + x.shape[1:]), minibatch)
+        zeros = jax.tree.map(
+            lambda s: jnp.zeros(s.shape, s.dtype),
+            jax.eval_shape(grad_fn, params, jax.tree.map(lambda x: x[0], head)),
+        )
+
+        def add(total, chunk):
+            return jax.tree.map(jnp.add, total, grad_fn(params, chunk)), None
+
+        total = jax.tree.map(lambda t: t * (rows / size), jax.lax.scan(add, zeros, head)[0])
+        if rest:
+            tail = grad_fn(params, jax.tree.map(lambda x: x[whole * rows :], minibatch))
+            total = jax.tree.map(lambda t, x: t + x * (rest / size), total, tail)
+        return total
+
+    return chunked
 
 
 def minibatch_epochs(

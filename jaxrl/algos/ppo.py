@@ -11,6 +11,8 @@ sequences in time order, and the loss re-runs the core over each from the state 
 
 from __future__ import annotations
 
+import functools
+
 import jax
 from flax import struct
 
@@ -43,20 +45,29 @@ def setup(config: Config) -> ac.Setup:
     return acr.setup(config) if recurrent(config) else ac.setup(config)
 
 
-def loss_fn(params, setup: ac.Setup, config: Config, minibatch):
+def loss_fn(params, setup: ac.Setup, config: Config, minibatch, normalize: bool | None = None):
     """Clipped surrogate + vf_coef * value loss - ent_coef * entropy, averaged over the minibatch (its steps
-    [B, ...], or for a recurrent network its sequences and their initial states, `Setup.forward`)."""
+    [B, ...], or for a recurrent network its sequences and their initial states, `Setup.forward`). `normalize`:
+    whether to normalise the advantages here (default `config.normalize_advantages`)."""
     dist, values, steps = setup.forward(params, minibatch)
-    return surrogate(dist, values, config, steps)
+    return surrogate(dist, values, config, steps, normalize)
 
 
-def surrogate(dist, values: jax.Array, config: Config, batch: dict[str, jax.Array]):
+def normalized_advantages(config: Config, minibatch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """The minibatch with its advantages normalised over it (over every device's), where the Config asks."""
+    if not config.normalize_advantages:
+        return minibatch
+    return {**minibatch, "advantages": parallel.normalize(minibatch["advantages"])}
+
+
+def surrogate(dist, values: jax.Array, config: Config, batch: dict[str, jax.Array], normalize: bool | None = None):
     """The PPO objective of the policy `dist` and the values at the batch's steps (any batch shape): the clipped
     surrogate -min(rho A, clip(rho, 1 - eps, 1 + eps) A) with rho = pi / pi_old (Schulman et al. 2017, eq. 7),
-    + vf_coef * the (clipped) value loss - ent_coef * entropy, each a mean over the batch."""
+    + vf_coef * the (clipped) value loss - ent_coef * entropy, each a mean over the batch. The advantages are
+    normalised over the batch first when `normalize` (default `config.normalize_advantages`)."""
     log_prob = dist.log_prob(batch["actions"])
     advantages = batch["advantages"]
-    if config.normalize_advantages:
+    if config.normalize_advantages if normalize is None else normalize:
         advantages = parallel.normalize(advantages)  # over the minibatch of every device
     policy_loss, clipped = losses.clipped_surrogate_loss(log_prob, batch["log_probs"], advantages, config.clip_eps)
     old_values = batch["values"] if config.clip_value_loss else None
@@ -93,6 +104,12 @@ def update(setup: ac.Setup, config: Config, state: TrainState) -> tuple[TrainSta
     def loss(params, minibatch):
         return loss_fn(params, setup, config, minibatch)
 
-    params, opt_state, stats = setup.updates(config, loss, state.params, state.opt_state, rollout, steps, shuffle_key)
+    def sample_mean_loss(params, minibatch):  # the advantages normalised over the whole minibatch beforehand
+        return loss_fn(params, setup, config, minibatch, normalize=False)
+
+    chunked = (functools.partial(normalized_advantages, config), sample_mean_loss)
+    params, opt_state, stats = setup.updates(
+        config, loss, state.params, state.opt_state, rollout, steps, shuffle_key, chunked=chunked
+    )
     metrics = {**episode_metrics(traj), **stats}
     return setup.next_state(state, params, opt_state, rollout, key), metrics

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -35,6 +36,7 @@ import optax
 from flax import struct
 
 from jaxrl import config_rules, envs, estimators, lag, losses, optim, parallel
+from jaxrl import minibatch as minibatches
 from jaxrl.algos import base
 from jaxrl.algos.base import (
     check_common,
@@ -187,9 +189,10 @@ class Setup:
         """pi(.|o_t) at `params` on every step of the rollout."""
         return policy_of(self.network, params)(rollout.traj.obs)
 
-    def updates(self, config, loss: Callable, params, opt_state, rollout: Rollout, steps, key: jax.Array):
-        """`minibatch_updates` of `loss(params, minibatch)` on the rollout's `steps` ([T, N, ...] leaves)."""
-        return minibatch_updates(config, loss, params, opt_state, steps, key)
+    def updates(self, config, loss: Callable, params, opt_state, rollout: Rollout, steps, key: jax.Array, chunked=None):
+        """`minibatch_updates` of `loss(params, minibatch)` on the rollout's `steps` ([T, N, ...] leaves), large
+        minibatches in chunks where `chunked` is given (see there)."""
+        return minibatch_updates(config, loss, params, opt_state, steps, key, chunked=chunked)
 
     def next_state(self, state: TrainState, params, opt_state, rollout: Rollout, key: jax.Array) -> TrainState:
         """The state after one iteration."""
@@ -298,13 +301,30 @@ def policy_kl(network: ActorCritic, old_params, new_params, obs: jax.Array, mask
     return losses.masked_mean(old.kl_divergence(new), mask)
 
 
-def minibatch_updates(config, loss: Callable, params, opt_state, batch, key: jax.Array, num_minibatches=None):
+def minibatch_updates(
+    config, loss: Callable, params, opt_state, batch, key: jax.Array, num_minibatches=None, chunked=None
+):
     """`config.update_epochs` passes of `num_minibatches` (default `config.num_minibatches`) shuffled minibatches,
     one `make_optimizer` step each on `loss(params, minibatch) -> (total, stats)`. Returns (params, opt_state,
-    stats averaged over the steps)."""
+    stats averaged over the steps).
+
+    `chunked`: (prepare, sample_mean_loss), where `sample_mean_loss(params, prepare(minibatch))` is `loss` as a
+    mean over samples (the statistics across the minibatch, such as its advantage normalisation, taken by
+    `prepare`). Minibatches of more than `minibatch.GRADIENT_CHUNKS_FROM` samples then take their gradient in
+    chunks (`minibatch.gradient_in_chunks`); smaller ones use `loss` as it is."""
     num_minibatches = config.num_minibatches if num_minibatches is None else num_minibatches
+    grad = jax.grad(loss, has_aux=True)
+    samples = math.prod(jax.tree.leaves(batch)[0].shape[:2]) // num_minibatches
+    if chunked is not None and samples > minibatches.GRADIENT_CHUNKS_FROM:
+        prepare, sample_mean_loss = chunked
+        grad_of = jax.grad(sample_mean_loss, has_aux=True)
+        in_chunks = minibatches.gradient_in_chunks(grad_of, minibatches.GRADIENT_CHUNK_ROWS)
+
+        def grad(params, minibatch):
+            return in_chunks(params, prepare(minibatch))
+
     params, opt_state, stats = minibatch_epochs(
-        jax.grad(loss, has_aux=True),
+        grad,
         make_optimizer(config),
         params,
         opt_state,

@@ -110,9 +110,10 @@ class Setup(ac.Setup):
             params, sequences.initial_hidden[0], rollout.traj.obs, sequences.starts, method="policy"
         )[1]
 
-    def updates(self, config, loss: Callable, params, opt_state, rollout: Rollout, steps, key: jax.Array):
+    def updates(self, config, loss: Callable, params, opt_state, rollout: Rollout, steps, key: jax.Array, chunked=None):
         """`update_epochs` passes of `num_minibatches` minibatches of whole environment sequences
-        (`minibatch.sequence_minibatch_epochs`): `loss(params, (steps [T, B, ...], initial [B, ...]))`."""
+        (`minibatch.sequence_minibatch_epochs`): `loss(params, (steps [T, B, ...], initial [B, ...]))`. A sequence
+        minibatch takes its gradient whole: `chunked` (the feedforward `updates`' chunks) is not used."""
         sequences = rollout.sequences
         params, opt_state, stats = sequence_minibatch_epochs(
             jax.grad(loss, has_aux=True),
