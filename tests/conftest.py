@@ -102,6 +102,23 @@ def default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def interrupt_on_chunk(monkeypatch, n: int) -> None:
+    """Ctrl-C (KeyboardInterrupt) right after the n-th chunk's metrics are written to metrics.csv, as a user's
+    Ctrl-C at that moment; `monkeypatch.undo()` (or the test's end) puts the writer back."""
+    from jaxrl.run import logging
+
+    calls = {"n": 0}
+    write = logging.CsvSink.write
+
+    def write_then_interrupt(self, *args):
+        calls["n"] += 1
+        write(self, *args)
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(logging.CsvSink, "write", write_then_interrupt)
+
+
 def _host(x):
     if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
         x = jax.random.key_data(x)

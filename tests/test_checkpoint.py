@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close, default_sigint
+from conftest import assert_trees_close, default_sigint, interrupt_on_chunk
 from jaxrl.algos import ppo
-from jaxrl.run import checkpoint, logging, loop
+from jaxrl.run import checkpoint, loop
 
 CONFIG = ppo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=1, num_minibatches=2)
 
@@ -34,21 +34,12 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.slow
 def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch, uninterrupted):
-    calls = {"n": 0}
-    append = logging.CsvSink.write
-
-    def interrupt_on_third_chunk(self, *args):
-        calls["n"] += 1
-        append(self, *args)
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(logging.CsvSink, "write", interrupt_on_third_chunk)
+    interrupt_on_chunk(monkeypatch, 3)
     with pytest.raises(loop.Interrupted) as stop:
         loop.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path, progress=False, checkpoint_every=100)
     assert stop.value.iteration == 3
     assert checkpoint.latest_iteration(tmp_path / "checkpoints") == 3
-    monkeypatch.setattr(logging.CsvSink, "write", append)
+    monkeypatch.undo()
 
     resumed = loop.run(ppo, CONFIG, seeds=2, num_chunks=6, run_dir=tmp_path, progress=False, resume=True)
     assert_trees_close(resumed.state, uninterrupted.state, rtol=0, atol=0)

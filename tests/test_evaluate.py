@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close
+from conftest import assert_trees_close, interrupt_on_chunk
 from jaxrl import cli, envs
 from jaxrl.algos import ALGORITHMS, base
-from jaxrl.run import checkpoint, logging
+from jaxrl.run import checkpoint
 from jaxrl.run.evaluate import evaluate, restore_latest
 
 
@@ -85,16 +85,7 @@ def test_a_checkpoint_with_the_optimiser_per_parameter_array_plays_and_resumes(t
     run_dir = tmp_path / "run"
     argv = "train ppo --num-envs 4 --num-steps 16 --total-timesteps 512 --update-epochs 1 --num-minibatches 2"
     monkeypatch.setattr(optim.optax, "flatten", lambda transformation: transformation)
-    calls = {"n": 0}
-    write = logging.CsvSink.write
-
-    def interrupt_on_second_chunk(self, *args):
-        calls["n"] += 1
-        write(self, *args)
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(logging.CsvSink, "write", interrupt_on_second_chunk)
+    interrupt_on_chunk(monkeypatch, 2)
     assert cli.main([*argv.split(), "--no-progress", "--chunks", "4", "--run-dir", str(run_dir)]) != 0
     monkeypatch.undo()
     stopped = checkpoint.latest_iteration(run_dir / "checkpoints")
