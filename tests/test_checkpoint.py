@@ -84,6 +84,7 @@ def _adam_per_parameter_array_and_raveled(seeds=2):
     return params, *states
 
 
+@pytest.mark.slow
 def test_an_optimiser_state_per_parameter_array_is_raveled_into_the_vector(tmp_path, capsys):
     """A checkpoint whose optimiser moments are per parameter array (an earlier jaxrl's layout) restores into the
     run's raveled vector: each seed's leaves, flattened row-major, concatenated in tree order (a NumPy reference),

@@ -33,6 +33,7 @@ def test_gradient_in_chunks_is_the_mean_over_the_whole_minibatch(size, rows):
     assert [e.params["length"] for e in scans] == ([size // rows] if size >= rows else [])
 
 
+@pytest.mark.slow
 def test_ppo_takes_a_large_minibatch_gradient_in_chunks_with_the_advantages_normalised_over_it(monkeypatch):
     """PPO's update with its minibatches of 128 samples taken in chunks of 48 (and one of 32) trains to the
     parameters of the update without chunks, to float32 rounding: the advantages are normalised over the whole
