@@ -65,8 +65,8 @@ def raveled_subtrees(saved, wanted, step_dir: Path) -> dict[str, object]:
     have = leaf_paths(saved) if saved is not None else {}
     if not have:  # unreadable metadata: the restore itself says what is wrong
         return {}
-    missing = sorted(set(leaf_paths(wanted)) - set(have))
-    unread = sorted(set(have) - set(leaf_paths(wanted)))
+    want = leaf_paths(wanted)
+    missing, unread = sorted(set(want) - set(have)), sorted(set(have) - set(want))
     lacking = [path for path in missing if not any(s.startswith(path + "/") for s in unread)]
     if lacking:
         other = f" and holds {unread[0]} instead" if unread else ""
@@ -90,10 +90,8 @@ def ravel(restored, abstract, subtrees: dict[str, object], step_dir: Path):
     """`restored` (read as `expanded(abstract, subtrees)`) in the structure of `abstract`: each saved subtree
     raveled into its array, x_1 ... x_k (in `jax.tree.leaves` order) reshaped to the array's leading axes + (-1,)
     and concatenated along the last axis."""
-    paths = [path_name(path) for path, _ in jax.tree_util.tree_flatten_with_path(abstract)[0]]
-    treedef = jax.tree.structure(abstract)
+    wanted, treedef = jax.tree_util.tree_flatten_with_path(abstract)
     leaves = treedef.flatten_up_to(restored)
-    wanted = jax.tree.leaves(abstract)
 
     def one(path, value, like):
         if path not in subtrees:
@@ -109,4 +107,4 @@ def ravel(restored, abstract, subtrees: dict[str, object], step_dir: Path):
             )
         return vector.astype(like.dtype)
 
-    return treedef.unflatten([one(p, v, w) for p, v, w in zip(paths, leaves, wanted, strict=True)])
+    return treedef.unflatten([one(path_name(p), v, w) for (p, w), v in zip(wanted, leaves, strict=True)])
