@@ -8,10 +8,13 @@ missing piece, when the installed JAX no longer has one. Nothing else in jaxrl i
 - `distributed_client`: the coordination service client of `jax.distributed`, whose key-value store the
   multi-process sweep gathers its results through. The public `jax.distributed` exposes only `initialize`,
   `is_initialized` and `shutdown`.
+- `unroll_threefry_on_cpu`: how XLA's CPU programs compute JAX's default random bits (the Threefry-2x32 hash of
+  `jax.random`). JAX has no public setting for it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 # the client methods jaxrl.sweep.gather calls
@@ -30,3 +33,31 @@ def distributed_client() -> Any | None:
     from jax._src import distributed
 
     return distributed.global_state.client
+
+
+# Random bits of at least this many uint32 words are hashed by the unrolled Threefry on CPU (a vector register's
+# worth on AVX2: 8 lanes of 32 bits); fewer (key splits) by JAX's rolled loop. Measured in
+# benchmarks/results/notes/one_device_limits.md ("Threefry unrolled on CPU").
+THREEFRY_UNROLLED_FROM = 8
+
+
+def unroll_threefry_on_cpu(min_words: int = THREEFRY_UNROLLED_FROM) -> None:
+    """Lowers JAX's Threefry-2x32 hash (Salmon et al. 2011, 20 rounds; every `jax.random` draw on the default PRNG)
+    on CPU as straight-line code where it hashes at least `min_words` words, instead of JAX's CPU default, a
+    `while` loop over its 5 groups of 4 rounds.
+
+    The bits are the same; only the compiled program differs. XLA fuses the straight-line hash into one vectorised
+    kernel, where the loop costs a few kernel launches per group, so the programs of jaxrl's training loops
+    compile in fewer seconds and draw their minibatches, replay samples and env resets faster. Below `min_words`
+    (key splits) the loop stays: there the straight-line hash was slower. GPU and TPU lowerings are JAX's own.
+    Calling it again only replaces the rule."""
+    from jax._src.interpreters import mlir
+    from jax._src.random import threefry2x32
+
+    unrolled, rolled = threefry2x32._threefry2x32_lowering_rule, threefry2x32._threefry2x32_cpu_lowering_rule
+
+    def lowering(ctx, *args):
+        words = math.prod(ctx.avals_out[0].shape)
+        return (unrolled if words >= min_words else rolled)(ctx, *args)
+
+    mlir.register_lowering(threefry2x32.threefry2x32_p, lowering, platform="cpu")

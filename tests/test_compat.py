@@ -5,6 +5,9 @@ import re
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
 
 from jaxrl import _compat
 
@@ -47,3 +50,56 @@ def test_only_compat_imports_private_jax():
         if path.name != "_compat.py" and private.search(path.read_text())
     ]
     assert not offenders, f"import jax._src only in jaxrl/_compat.py: {offenders}"
+
+
+def threefry2x32_reference(k0, k1, x0, x1):
+    """Threefry-2x32 with 20 rounds (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3"), a NumPy
+    loop over uint32 arrays."""
+    rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
+    ks = (np.uint32(k0), np.uint32(k1), np.uint32(k0) ^ np.uint32(k1) ^ np.uint32(0x1BD11BDA))
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    for group in range(5):
+        for r in rotations[group % 2]:
+            x0 = x0 + x1
+            x1 = ((x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))) ^ x0
+        x0 = x0 + ks[(group + 1) % 3]
+        x1 = x1 + ks[(group + 2) % 3] + np.uint32(group + 1)
+    return x0, x1
+
+
+def _threefry_program(words: int):
+    import jax.extend.random as jex_random
+
+    key = jnp.array([0x13198A2E, 0x03707344], jnp.uint32)
+    return jax.jit(lambda count: jex_random.threefry_2x32(key, count)), np.arange(2 * words, dtype=np.uint32)
+
+
+def test_threefry_private_lowering_pieces_exist():
+    from jax._src.random import threefry2x32
+
+    for name in ("threefry2x32_p", "_threefry2x32_lowering_rule", "_threefry2x32_cpu_lowering_rule"):
+        assert hasattr(threefry2x32, name), f"jax._src.random.threefry2x32.{name} is gone: update _compat"
+
+
+@pytest.mark.parametrize("words", [1, 2, _compat.THREEFRY_UNROLLED_FROM - 1, _compat.THREEFRY_UNROLLED_FROM, 1000])
+def test_threefry_on_cpu_gives_the_reference_bits_rolled_or_unrolled(words):
+    import jaxrl.algos.base  # noqa: F401 (registers the lowering, as every algorithm does)
+
+    program, count = _threefry_program(words)
+    with np.errstate(over="ignore"):
+        x0, x1 = threefry2x32_reference(0x13198A2E, 0x03707344, count[:words], count[words:])
+    np.testing.assert_array_equal(np.asarray(program(count)), np.concatenate([x0, x1]))
+    unrolled = "stablehlo.while" not in program.lower(count).as_text()
+    assert unrolled == (words >= _compat.THREEFRY_UNROLLED_FROM)
+
+
+def test_threefry_reference_matches_the_published_answers():
+    # Random123's known-answer vectors for threefry2x32_20 (kat_vectors)
+    with np.errstate(over="ignore"):
+        for key, counter, expected in (
+            ((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+            ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+            ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
+        ):
+            got = threefry2x32_reference(*key, *(np.array([c], np.uint32) for c in counter))
+            assert (int(got[0][0]), int(got[1][0])) == expected

@@ -24,10 +24,12 @@ import jax
 import numpy as np
 from flax import struct
 
-from jaxrl import config_rules, envs, field_rules, parallel
+from jaxrl import _compat, config_rules, envs, field_rules, parallel
 from jaxrl.config_rules import recurrent  # noqa: F401 (re-exported for the algorithms)
 from jaxrl.envs import check_env_id
 from jaxrl.field_rules import check  # noqa: F401 (the validators' `check`, re-exported)
+
+_compat.unroll_threefry_on_cpu()  # every algorithm's program: the same random bits, in fewer seconds
 
 # ---------------------------------------------------------------------------------------------------------
 # The protocol and the registry
