@@ -47,10 +47,10 @@ def unroll_threefry_on_cpu(min_words: int = THREEFRY_UNROLLED_FROM) -> None:
     `while` loop over its 5 groups of 4 rounds.
 
     The bits are the same; only the compiled program differs. XLA fuses the straight-line hash into one vectorised
-    kernel, where the loop costs a few kernel launches per group, so the programs of jaxrl's training loops
-    compile in fewer seconds and draw their minibatches, replay samples and env resets faster. Below `min_words`
-    (key splits) the loop stays: there the straight-line hash was slower. GPU and TPU lowerings are JAX's own.
-    Calling it again only replaces the rule."""
+    kernel, where the loop costs a few kernel launches per group: most of jaxrl's programs compile in fewer
+    seconds, and those that draw much per step (action noise, minibatch permutations, replay samples, env resets)
+    run faster. Below `min_words` (key splits) the loop stays: there the straight-line hash was slower. GPU and TPU
+    lowerings are JAX's own. Calling it again replaces the rule (`min_words=math.inf`: JAX's loop everywhere)."""
     from jax._src.interpreters import mlir
     from jax._src.random import threefry2x32
 

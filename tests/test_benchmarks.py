@@ -503,3 +503,32 @@ def test_trees_alternate_the_two_trees_and_write_both_files(monkeypatch, tmp_pat
     record = json.loads(out.with_suffix(".json").read_text())
     assert record["table"][0]["throughput_ratio"] == [2.0, 2.0] and record["argv"][1] == "DIR"
     assert "| dqn | 1.0k-1.0k | 2.0k-2.0k | 2.00-2.00 |" in out.with_suffix(".md").read_text()
+
+
+def test_threefry_benchmark_alternates_the_lowerings_and_leaves_jaxrls_in_place(monkeypatch, tmp_path):
+    from benchmarks import threefry
+    from jaxrl import _compat
+
+    def while_loops():  # a fresh function each time: jax.jit caches the lowering of one
+        return jax.jit(lambda key: jax.random.bits(key, (64,))).lower(jax.random.key(0)).as_text().count("while")
+
+    threefry.use("jax")
+    rolled = while_loops()
+    threefry.use("jaxrl")
+    assert rolled >= 1 and while_loops() == 0  # the 64-word draw: JAX's loop, then jaxrl's straight line
+    order = []
+
+    def fake(algo, config, repeats):
+        lowering = "jax" if while_loops() else "jaxrl"
+        order.append(lowering)
+        return {"compile_s": 2.0 if lowering == "jax" else 1.0, "steps_per_s": 10.0, "while_loops": 1, "digest": "d"}
+
+    monkeypatch.setattr(threefry, "measured", fake)
+    out = tmp_path / "threefry"
+    threefry.main(["--algos", "ppo", "--rounds", "2", "--out", str(out)])
+    assert order == ["jax", "jaxrl", "jaxrl", "jax"]  # A, B, B, A
+    assert while_loops() == 0, "the benchmark must leave jaxrl's lowering registered"
+    row = json.loads(out.with_suffix(".json").read_text())["rows"][0]
+    assert row["compile_ratio"] == [0.5, 0.5] and row["same_bits"]
+    assert "| ppo | CartPole-v1 | 2.00-2.00 | 1.00-1.00 | 0.50x |" in out.with_suffix(".md").read_text()
+    assert _compat.THREEFRY_UNROLLED_FROM <= 64

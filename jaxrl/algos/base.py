@@ -29,7 +29,7 @@ from jaxrl.config_rules import recurrent  # noqa: F401 (re-exported for the algo
 from jaxrl.envs import check_env_id
 from jaxrl.field_rules import check  # noqa: F401 (the validators' `check`, re-exported)
 
-_compat.unroll_threefry_on_cpu()  # every algorithm's program: the same random bits, in fewer seconds
+_compat.unroll_threefry_on_cpu()  # the same random bits in every algorithm's program, drawn in fewer kernels
 
 # ---------------------------------------------------------------------------------------------------------
 # The protocol and the registry
