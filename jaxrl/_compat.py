@@ -35,9 +35,9 @@ def distributed_client() -> Any | None:
     return distributed.global_state.client
 
 
-# Random bits of at least this many uint32 words are hashed by the unrolled Threefry on CPU (a vector register's
-# worth on AVX2: 8 lanes of 32 bits); fewer (key splits) by JAX's rolled loop. Measured in
-# benchmarks/results/notes/one_device_limits.md ("Threefry unrolled on CPU").
+# Draws of at least this many uint32 words get the straight-line hash on CPU, fewer (key splits) JAX's loop: chosen
+# against 2, 3, 4 and 16 words and against unrolling every draw (benchmarks/results/notes/cpu_threads.md, "Threefry
+# on CPU").
 THREEFRY_UNROLLED_FROM = 8
 
 
