@@ -57,7 +57,8 @@ def unroll_threefry_on_cpu(min_words: int = THREEFRY_UNROLLED_FROM) -> None:
     unrolled, rolled = threefry2x32._threefry2x32_lowering_rule, threefry2x32._threefry2x32_cpu_lowering_rule
 
     def lowering(ctx, *args):
-        words = math.prod(ctx.avals_out[0].shape)
-        return (unrolled if words >= min_words else rolled)(ctx, *args)
+        shape = ctx.avals_out[0].shape  # symbolic dimensions (jax.export) keep JAX's loop
+        known = all(isinstance(size, int) for size in shape)
+        return (unrolled if known and math.prod(shape) >= min_words else rolled)(ctx, *args)
 
     mlir.register_lowering(threefry2x32.threefry2x32_p, lowering, platform="cpu")

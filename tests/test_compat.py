@@ -103,3 +103,15 @@ def test_threefry_reference_matches_the_published_answers():
         ):
             got = threefry2x32_reference(*key, *(np.array([c], np.uint32) for c in counter))
             assert (int(got[0][0]), int(got[1][0])) == expected
+
+
+def test_threefry_of_a_symbolic_shape_exports_with_jaxs_loop():
+    import jaxrl.algos.base  # noqa: F401
+
+    (n,) = jax.export.symbolic_shape("n")
+    draw = jax.jit(lambda key, x: jax.random.uniform(key, x.shape))
+    key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
+    exported = jax.export.export(draw, platforms=["cpu"])(key, jax.ShapeDtypeStruct((n,), jnp.float32))
+    assert "stablehlo.while" in exported.mlir_module()
+    concrete = exported.call(jax.random.key(3), jnp.zeros(10))
+    np.testing.assert_array_equal(np.asarray(concrete), np.asarray(jax.random.uniform(jax.random.key(3), (10,))))
