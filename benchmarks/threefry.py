@@ -9,7 +9,7 @@ Each round compiles each algorithm's `train` under both lowerings, JAX's first i
 odd ones (ABBA), with the options jaxrl's runner compiles with, and runs each compiled program `--repeats` times
 (the best call counts). The default configs run with `total_timesteps` capped at `--max-steps`. Every figure is a
 per-round ratio jaxrl's / JAX's; `while loops` counts the `stablehlo.while` of the lowered program (the rolled
-hashes among them). Both lowerings give the same bits: the row says whether the final parameters were equal.
+hashes among them). Both lowerings give the same bits: the row says whether the final states were equal.
 Output: a table, and `--out` as `.json` and `.md`.
 """
 
@@ -25,15 +25,13 @@ import jax
 import numpy as np
 
 from benchmarks.common import machine, write_json
+from jaxrl import _compat
 
-LOWERINGS = {"jax": math.inf, "jaxrl": None}  # min_words of unroll_threefry_on_cpu (None: jaxrl's default)
+LOWERINGS = {"jax": math.inf, "jaxrl": _compat.THREEFRY_UNROLLED_FROM}  # the fewest words drawn straight-line
 
 
 def use(lowering: str) -> None:
-    from jaxrl import _compat
-
-    words = LOWERINGS[lowering]
-    _compat.unroll_threefry_on_cpu() if words is None else _compat.unroll_threefry_on_cpu(words)
+    _compat.unroll_threefry_on_cpu(LOWERINGS[lowering])
 
 
 def measured(algo, config, repeats: int) -> dict:
