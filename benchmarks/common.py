@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -184,3 +185,28 @@ def write_json(path: str | Path, record) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, separators=(",", ":"), default=_jsonable) + "\n")
     return path
+
+
+def write_record(out: str | Path | None, record: dict, markdown: str) -> None:
+    """`out`.json (`write_json`) and `out`.md (`markdown`), where `out` is given."""
+    if out:
+        write_json(f"{out}.json", record)
+        Path(f"{out}.md").write_text(markdown)
+
+
+def span(values, digits: int = 2) -> str:
+    """min-max of `values` with `digits` decimals."""
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
+def paired_cells(a: list[dict], b: list[dict], compile_ratio: list[float], speed_ratio: list[float]) -> list[str]:
+    """A table's cells for two programs run alternately (`a` and `b`: runs with compile_s and steps_per_s): the
+    compile seconds of each, the median compile ratio, the env steps/s of each and the median speed ratio."""
+    return [
+        span([r["compile_s"] for r in a]),
+        span([r["compile_s"] for r in b]),
+        f"{statistics.median(compile_ratio):.2f}x",
+        f"{span([r['steps_per_s'] / 1e3 for r in a], 1)}k",
+        f"{span([r['steps_per_s'] / 1e3 for r in b], 1)}k",
+        f"{statistics.median(speed_ratio):.2f}x",
+    ]

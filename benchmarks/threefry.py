@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
-import statistics
 import time
 
 import jax
 import numpy as np
 
-from benchmarks.common import machine, write_json
+from benchmarks.common import machine, paired_cells, write_record
 from jaxrl import _compat
 
 LOWERINGS = {"jax": math.inf, "jaxrl": _compat.THREEFRY_UNROLLED_FROM}  # the fewest words drawn straight-line
@@ -97,25 +96,14 @@ def main(argv=None) -> None:
         rows.append(row)
         print(line(row), flush=True)
     record = {"machine": machine(), "args": vars(args), "rows": rows}
-    if args.out:
-        write_json(f"{args.out}.json", record)
-        with open(f"{args.out}.md", "w") as md:
-            md.write(markdown(record))
-
-
-def span(values, digits: int = 2) -> str:
-    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+    write_record(args.out, record, markdown(record))
 
 
 def line(row: dict) -> str:
     jax_runs, ours = row["runs"]["jax"], row["runs"]["jaxrl"]
-    return (
-        f"| {row['algo']} | {row['env']} | {span([r['compile_s'] for r in jax_runs])} | "
-        f"{span([r['compile_s'] for r in ours])} | {statistics.median(row['compile_ratio']):.2f}x | "
-        f"{span([r['steps_per_s'] / 1e3 for r in jax_runs], 1)}k | {span([r['steps_per_s'] / 1e3 for r in ours], 1)}k "
-        f"| {statistics.median(row['speed_ratio']):.2f}x | {jax_runs[0]['while_loops']} / {ours[0]['while_loops']} | "
-        f"{'yes' if row['same_bits'] else 'NO'} |"
-    )
+    cells = paired_cells(jax_runs, ours, row["compile_ratio"], row["speed_ratio"])
+    loops = f"{jax_runs[0]['while_loops']} / {ours[0]['while_loops']}"
+    return "| " + " | ".join([row["algo"], row["env"], *cells, loops, "yes" if row["same_bits"] else "NO"]) + " |"
 
 
 def markdown(record: dict) -> str:

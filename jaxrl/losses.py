@@ -1,5 +1,7 @@
 """Per-element losses. Callers reduce them (mean, or a masked mean) themselves."""
 
+from collections.abc import Callable
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -39,6 +41,22 @@ def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
     chex.assert_equal_shape([x, mask])
     mask = mask.astype(x.dtype)
     return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+def mask_weights(mask: jax.Array) -> jax.Array:
+    """w = mask * n / max(sum(mask), 1) over the n elements of `mask`, so that mean(w * x) = `masked_mean(x, mask)`:
+    a masked mean written as a mean over samples, which chunks of the samples can average
+    (`minibatch.gradient_in_chunks`)."""
+    valid = mask.astype(jnp.float32)
+    return valid * (valid.size / jnp.maximum(valid.sum(), 1.0))
+
+
+def valid_mean(mask: jax.Array, weights: jax.Array | None = None) -> Callable[[jax.Array], jax.Array]:
+    """The mean over the valid elements, x -> `masked_mean(x, mask)`; given the samples' `mask_weights`, the same
+    mean as x -> mean(weights * x), a mean over samples."""
+    if weights is None:
+        return lambda x: masked_mean(x, mask)
+    return lambda x: jnp.mean(x * weights)
 
 
 def truncated_importance_surrogate_loss(

@@ -19,23 +19,50 @@ GRADIENT_CHUNK_ROWS = 4096
 
 GRADIENT_CHUNKS_FROM = 16384
 """Minibatches of more samples than this take their gradient in chunks, where a learner allows it
-(`actor_critic.minibatch_updates`)."""
+(`actor_critic.minibatch_updates`; sequence minibatches: `sequence_chunks_pay`)."""
+
+GRADIENT_SEQUENCE_CHUNK_SAMPLES = 16384
+"""Samples (whole sequences x their length) per chunk of a sequence minibatch's gradient: a recurrent core's
+sequential steps want more rows a step than a feedforward chunk has."""
 
 
-def gradient_in_chunks(grad_fn: Callable, rows: int = GRADIENT_CHUNK_ROWS) -> Callable:
+def sequence_chunks_pay(samples: int) -> bool:
+    """Whether a sequence minibatch of `samples` samples takes its gradient in chunks of whole sequences: beyond
+    GRADIENT_CHUNKS_FROM samples, and only in a data-parallel program (`parallel.active`), whose devices each run
+    on about one core. On one device XLA's thread pool splits each recurrent step's products over the cores, and
+    a chunk's fewer sequences leave too few rows a step to split: there the whole minibatch runs faster."""
+    return parallel.active() and samples > GRADIENT_CHUNKS_FROM
+
+
+def gradient_in_chunks(grad_fn: Callable, rows: int = GRADIENT_CHUNK_ROWS, axes=0) -> Callable:
     """`grad_fn(params, minibatch) -> (grads, stats)` of a loss and stats that are means over the minibatch's
-    samples (leading axis; no statistic across samples, such as an advantage normalisation, inside), taken over
-    chunks of `rows` samples in a `lax.scan`, one shorter chunk for the rest (a minibatch under `rows`: whole).
+    samples (no statistic across samples, such as an advantage normalisation, inside), taken over chunks of
+    `rows` samples in a `lax.scan`, one shorter chunk for the rest (a minibatch under `rows`: whole).
     The chunks' (grads, stats) are averaged with weights m_c / M: the whole minibatch's mean up to float32
     rounding. Each chunk's forward and backward activations stay in the CPU's caches, where a whole minibatch of
-    tens of thousands of samples waits on memory."""
+    tens of thousands of samples waits on memory.
 
-    def chunked(params, minibatch):
-        size = jax.tree.leaves(minibatch)[0].shape[0]
+    `axes`: the samples' axis of each leaf, as a prefix of the minibatch's structure (default 0, every leaf's
+    leading axis). A sequence minibatch `(steps [T, B, ...], initial [B, ...])` is cut into whole sequences
+    with `axes=(1, 0)` and `rows` sequences a chunk.
+
+    The chunks are for the CPU only (`jax.lax.platform_dependent`): a program lowered for a GPU or TPU takes
+    the whole minibatch's gradient at once, where wide products are what those run best."""
+
+    def on_axis(fn, tree):  # fn(axis, leaf) over the leaves of `tree`
+        return jax.tree.map(lambda axis, sub: jax.tree.map(lambda x: fn(axis, x), sub), axes, tree)
+
+    def on_cpu(params, minibatch):
+        size = jax.tree.leaves(on_axis(lambda axis, x: x.shape[axis], minibatch))[0]
         whole, rest = divmod(size, rows)
         if whole == 0:
             return grad_fn(params, minibatch)
-        head = jax.tree.map(lambda x: x[: whole * rows].reshape((whole, rows) + x.shape[1:]), minibatch)
+
+        def cut(axis, x):  # the full chunks, stacked on a new leading axis
+            x = jax.lax.slice_in_dim(x, 0, whole * rows, axis=axis)
+            return jnp.moveaxis(x.reshape(x.shape[:axis] + (whole, rows) + x.shape[axis + 1 :]), axis, 0)
+
+        head = on_axis(cut, minibatch)
         zeros = jax.tree.map(
             lambda s: jnp.zeros(s.shape, s.dtype),
             jax.eval_shape(grad_fn, params, jax.tree.map(lambda x: x[0], head)),
@@ -46,9 +73,14 @@ def gradient_in_chunks(grad_fn: Callable, rows: int = GRADIENT_CHUNK_ROWS) -> Ca
 
         total = jax.tree.map(lambda t: t * (rows / size), jax.lax.scan(add, zeros, head)[0])
         if rest:
-            tail = grad_fn(params, jax.tree.map(lambda x: x[whole * rows :], minibatch))
+            tail = grad_fn(
+                params, on_axis(lambda axis, x: jax.lax.slice_in_dim(x, whole * rows, size, axis=axis), minibatch)
+            )
             total = jax.tree.map(lambda t, x: t + x * (rest / size), total, tail)
         return total
+
+    def chunked(params, minibatch):
+        return jax.lax.platform_dependent(params, minibatch, cpu=on_cpu, default=grad_fn)
 
     return chunked
 

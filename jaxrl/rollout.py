@@ -38,11 +38,16 @@ def values_of(value: ValueFn, obs: jax.Array) -> jax.Array:
     every layer's activations for all rows ([T + 1, N, width]); at thousands of envs they no longer fit in the CPU's
     caches and the pass waits on memory, while a chunk's activations stay in them. The chunks give the values of
     one pass, bit for bit where each chunk's rows fill the matrix products' row tiles (N a multiple of 16) and
-    otherwise in all but the last bits of a few rows."""
+    otherwise in all but the last bits of a few rows. The chunks are for the CPU only (`jax.lax.platform_dependent`):
+    a program lowered for a GPU or TPU takes one pass."""
     steps, envs = obs.shape[:2]
     if steps * envs <= 4 * CRITIC_CHUNK_ROWS or (isinstance(value, functools.partial) and value.func is zero_value):
         return value(obs)
-    return jax.lax.map(value, obs, batch_size=max(1, CRITIC_CHUNK_ROWS // envs))
+
+    def in_chunks(obs):
+        return jax.lax.map(value, obs, batch_size=max(1, CRITIC_CHUNK_ROWS // envs))
+
+    return jax.lax.platform_dependent(obs, cpu=in_chunks, default=value)
 
 
 @struct.dataclass

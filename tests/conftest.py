@@ -141,3 +141,16 @@ def assert_trees_close(actual, expected, rtol=1e-5, atol=1e-6):
 
 def index(tree, i):
     return jax.tree.map(lambda x: x[i], tree)
+
+
+def eqns_named(jaxpr, name: str) -> list:
+    """The equations of primitive `name` in `jaxpr` and every jaxpr nested in it (scans', conds' and calls' bodies)."""
+    from jax.extend.core import jaxprs_in_params
+
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == name:
+            found.append(eqn)
+        for sub in jaxprs_in_params(eqn.params):
+            found.extend(eqns_named(sub, name))
+    return found

@@ -532,3 +532,35 @@ def test_threefry_benchmark_alternates_the_lowerings_and_leaves_jaxrls_in_place(
     assert row["compile_ratio"] == [0.5, 0.5] and row["same_bits"]
     assert "| ppo | CartPole-v1 | 2.00-2.00 | 1.00-1.00 | 0.50x |" in out.with_suffix(".md").read_text()
     assert _compat.THREEFRY_UNROLLED_FROM <= 64
+
+
+def test_gradient_chunks_benchmark_alternates_whole_and_chunks_and_restores_the_threshold(monkeypatch, tmp_path):
+    """Whole, chunks, chunks, whole (ABBA), each case's minibatches above the threshold, the threshold back in
+    place afterwards, and the ratios chunks / whole in the table."""
+    from benchmarks import gradient_chunks
+    from jaxrl import minibatch
+    from jaxrl.algos import ALGORITHMS
+
+    threshold = minibatch.GRADIENT_CHUNKS_FROM
+    for name, (algo, overrides) in gradient_chunks.CASES.items():
+        config = ALGORITHMS[algo].Config().replace(**overrides)
+        samples = config.num_envs * config.num_steps // getattr(config, "num_minibatches", 1)
+        assert samples > threshold, name
+    order = []
+
+    def fake(algo, config, repeats, devices, seeds):
+        chunks = "whole" if minibatch.GRADIENT_CHUNKS_FROM == float("inf") else "chunks"
+        order.append(chunks)
+        params = {"w": jnp.full((2,), 1.0 if chunks == "whole" else 1.5)}
+        return {"compile_s": 1.0, "steps_per_s": 10.0 if chunks == "whole" else 12.0, "params": params}
+
+    monkeypatch.setattr(gradient_chunks, "measured", fake)
+    out = tmp_path / "chunks"
+    gradient_chunks.main(["--cases", "a2c", "--rounds", "2", "--out", str(out)])
+    assert order == ["whole", "chunks", "chunks", "whole"]
+    assert minibatch.GRADIENT_CHUNKS_FROM == threshold
+    row = json.loads(out.with_suffix(".json").read_text())["rows"][0]
+    assert row["speed_ratio"] == [1.2, 1.2] and row["largest_parameter_difference"] == 0.5
+    assert "| a2c | 40,960 | 1.00-1.00 | 1.00-1.00 | 1.00x | 0.0-0.0k | 0.0-0.0k | 1.20x (1.20-1.20) |" in (
+        out.with_suffix(".md").read_text()
+    )

@@ -1,12 +1,14 @@
 """Gradients of large minibatches in chunks: the same mean gradient and statistics, and PPO's update the same."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close
-from jaxrl import minibatch
+from conftest import assert_trees_close, eqns_named, index
+from jaxrl import minibatch, parallel
 from jaxrl.algos import ppo
 
 
@@ -23,14 +25,17 @@ def _regression_grad(params, batch):
 @pytest.mark.parametrize("size, rows", [(96, 32), (100, 32), (20, 32)])
 def test_gradient_in_chunks_is_the_mean_over_the_whole_minibatch(size, rows):
     """Chunks of `rows` samples (and a shorter one for the rest, or none at all under `rows`) give the whole
-    minibatch's mean gradient and mean statistic, to float32 rounding, with one scan over the full chunks."""
+    minibatch's mean gradient and mean statistic, to float32 rounding, with one scan over the full chunks; lowered
+    for a GPU, the whole minibatch at once."""
     keys = jax.random.split(jax.random.key(0), 4)
     params = {"w": jax.random.normal(keys[0], (3, 8)), "v": jax.random.normal(keys[1], (8,))}
     batch = {"x": jax.random.normal(keys[2], (size, 3)), "y": jax.random.normal(keys[3], (size,))}
     chunked = minibatch.gradient_in_chunks(_regression_grad, rows)
     assert_trees_close(jax.jit(chunked)(params, batch), jax.jit(_regression_grad)(params, batch), rtol=1e-5, atol=1e-6)
-    scans = [e for e in jax.make_jaxpr(chunked)(params, batch).jaxpr.eqns if e.primitive.name == "scan"]
+    scans = eqns_named(jax.make_jaxpr(chunked)(params, batch).jaxpr, "scan")
     assert [e.params["length"] for e in scans] == ([size // rows] if size >= rows else [])
+    assert _while_loops_lowered_for("cpu", chunked, params, batch) == len(scans)
+    assert _while_loops_lowered_for("cuda", chunked, params, batch) == 0
 
 
 @pytest.mark.slow
@@ -46,23 +51,11 @@ def test_ppo_takes_a_large_minibatch_gradient_in_chunks_with_the_advantages_norm
     def updated():
         return jax.jit(lambda s: ppo.update(setup, config, s))(state)
 
-    def scans_of_length(length):
-        from jax.extend.core import jaxprs_in_params
-
-        def visit(jaxpr):
-            for eqn in jaxpr.eqns:
-                if eqn.primitive.name == "scan" and eqn.params["length"] == length:
-                    yield eqn
-                for sub in jaxprs_in_params(eqn.params):
-                    yield from visit(sub)
-
-        return list(visit(jax.make_jaxpr(lambda s: ppo.update(setup, config, s))(state).jaxpr))
-
     whole, whole_metrics = updated()
     monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 64)
     monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 48)
     chunked, chunked_metrics = updated()
-    assert scans_of_length(128 // 48)  # the chunks' scan is in the program
+    assert _scans_of_length(lambda s: ppo.update(setup, config, s), 128 // 48, state)  # the chunks' scan
     assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
     for name in ("policy_loss", "value_loss", "entropy", "approx_kl"):
         np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
@@ -72,3 +65,148 @@ def test_ppo_takes_a_large_minibatch_gradient_in_chunks_with_the_advantages_norm
     monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 128)
     again, _ = updated()
     assert_trees_close(again.params, whole.params, rtol=0, atol=0)
+
+
+def test_gradient_in_chunks_cuts_sequence_minibatches_into_whole_sequences():
+    """With `axes=(1, 0)` a sequence minibatch (steps [T, B, ...], initial [B, ...]) is cut along B: each chunk
+    holds whole sequences with their own initial states, and the chunks' mean is the whole minibatch's gradient
+    (a chunk that paired a sequence with another's initial state would differ)."""
+    T, B, rows = 5, 7, 3
+    keys = jax.random.split(jax.random.key(1), 4)
+    params = {"w": jax.random.normal(keys[0], (2, 4)), "u": jax.random.normal(keys[1], (4, 4))}
+    steps = {"x": jax.random.normal(keys[2], (T, B, 2))}
+    initial = jax.random.normal(keys[3], (B, 4))
+
+    def grad_fn(params, sequence_minibatch):
+        steps, initial = sequence_minibatch
+
+        def loss(params):
+            def step(h, x):
+                h = jnp.tanh(x @ params["w"] + h @ params["u"])
+                return h, h.sum(-1)
+
+            _, outputs = jax.lax.scan(step, initial, steps["x"])
+            return jnp.mean(outputs**2), {"last": outputs[-1].mean()}
+
+        return jax.grad(loss, has_aux=True)(params)
+
+    chunked = minibatch.gradient_in_chunks(grad_fn, rows, axes=(1, 0))
+    assert_trees_close(
+        jax.jit(chunked)(params, (steps, initial)), jax.jit(grad_fn)(params, (steps, initial)), rtol=1e-5, atol=1e-6
+    )
+    assert _scans_of_length(chunked, B // rows, params, (steps, initial))  # 2 chunks of 3 sequences, 1 of 1
+
+
+def _scans_of_length(fn, length, *args):
+    """The scans of `length` steps in the program of `fn(*args)`, traced afresh (make_jaxpr caches by function)."""
+    return [
+        e for e in eqns_named(jax.make_jaxpr(lambda *a: fn(*a))(*args).jaxpr, "scan") if e.params["length"] == length
+    ]
+
+
+def _while_loops_lowered_for(platform: str, fn, *args) -> int:
+    return jax.export.export(jax.jit(fn), platforms=(platform,))(*args).mlir_module().count("stablehlo.while")
+
+
+@pytest.mark.slow
+def test_recurrent_ppo_takes_a_large_minibatch_gradient_in_chunks_of_whole_sequences_when_data_parallel(monkeypatch):
+    """Recurrent PPO (GRU) on 2 emulated devices, each with minibatches of 10 sequences x 8 steps taken in chunks of
+    3 sequences (and one of 1), trains to the parameters of the update without chunks, to float32 rounding, the
+    advantages normalised over the whole minibatch of both devices. On one device, or at most
+    GRADIENT_CHUNKS_FROM samples, the same program as without chunks."""
+    config = ppo.Config(
+        num_envs=40,
+        num_steps=8,
+        total_timesteps=40 * 8 * 2,
+        update_epochs=2,
+        num_minibatches=2,
+        core="gru",
+        core_size=8,
+    )
+    local = parallel.local_config(config, 2)
+    setup = ppo.setup(local)
+    state = jax.jit(jax.vmap(lambda key: ppo.init(setup, local, key)))(jax.random.split(jax.random.key(4), 2))
+
+    def update(s):  # traced afresh on every call, as jit and make_jaxpr cache a function's trace
+        two_devices = parallel.emulate(lambda s: ppo.update(setup, local, s), 2, in_axes=0, out_axes=0)
+        return jax.jit(two_devices)(s)
+
+    def one_device(s):
+        return jax.jit(lambda s: ppo.update(setup, local, s))(s)
+
+    whole, whole_metrics = update(state)
+    assert not _scans_of_length(update, 3, state)
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 32)
+    monkeypatch.setattr(minibatch, "GRADIENT_SEQUENCE_CHUNK_SAMPLES", 3 * 8)
+    chunked, chunked_metrics = update(state)
+    assert _scans_of_length(update, 10 // 3, state)  # the chunks' scan is in the program
+    assert not _scans_of_length(one_device, 10 // 3, index(state, 0))  # one device: the whole minibatch
+    assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
+    for name in ("policy_loss", "value_loss", "entropy", "approx_kl"):
+        np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
+    moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params, state.params)
+    assert max(jax.tree.leaves(moved)) > 1e-3
+
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 80)
+    again, _ = update(state)
+    assert_trees_close(again.params, whole.params, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_reinforce_takes_a_large_masked_batch_gradient_in_chunks_weighted_by_its_mask(monkeypatch):
+    """REINFORCE learning from whole episodes masks out the steps after each env's first episode; its batch of
+    8 envs x 64 steps taken in chunks of 100 samples (and one of 12) trains to the parameters of the whole
+    batch's masked mean, to float32 rounding: each sample weighted by mask * n / sum(mask). Unweighted chunks
+    (a plain mean over all samples) would count the masked steps; so would per-chunk normalisation."""
+    from jaxrl.algos import reinforce
+
+    config = reinforce.Config(num_envs=8, num_steps=64, total_timesteps=8 * 64, whole_episodes=True)
+    setup = reinforce.setup(config)
+    state = jax.jit(lambda key: reinforce.init(setup, config, key))(jax.random.key(5))
+
+    def update(s):  # traced afresh on every call
+        return jax.jit(lambda s: reinforce.update(setup, config, s))(s)
+
+    whole, whole_metrics = update(state)
+    assert not _scans_of_length(update, 512 // 100, state)
+    assert 0.05 < float(whole_metrics["valid_fraction"]) < 0.95  # some steps are masked out, some are not
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 256)
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 100)
+    chunked, chunked_metrics = update(state)
+    assert _scans_of_length(update, 512 // 100, state)
+    assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
+    for name in ("policy_loss", "value_loss", "entropy", "kl"):
+        np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
+    moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params, state.params)
+    assert max(jax.tree.leaves(moved)) > 1e-3
+
+
+@pytest.mark.slow
+def test_grpo_takes_a_large_minibatch_gradient_in_chunks_weighted_by_its_mask(monkeypatch):
+    """GRPO's minibatches of grouped steps (steps after a member's episode ended are masked out) with a KL
+    reference, taken in chunks of 50 samples, train to the parameters of the whole minibatches' masked means,
+    to float32 rounding."""
+    from jaxrl.algos import grpo
+
+    config = grpo.Config(kl_reference="initial", update_epochs=2, num_minibatches=2)
+    setup = grpo.setup(config)
+    state = jax.jit(lambda key: grpo.init(setup, config, key))(jax.random.key(6))
+
+    def update(s):  # traced afresh on every call
+        return jax.jit(lambda s: grpo.update(setup, config, s))(s)
+
+    batch = jax.eval_shape(lambda s, k: grpo.collect(setup, config, s, k)[0], state, jax.random.key(0))
+    samples = math.prod(batch["mask"].shape) // config.num_minibatches
+    whole, whole_metrics = update(state)
+    assert not _scans_of_length(update, samples // 50, state)
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", samples - 1)
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 50)
+    chunked, chunked_metrics = update(state)
+    assert _scans_of_length(update, samples // 50, state)
+    mask = jax.jit(lambda s: grpo.collect(setup, config, s, jax.random.split(s.key, 4)[1])[0]["mask"])(state)
+    assert 0.01 < float(mask.mean()) < 0.95  # some steps are masked out, some are not
+    assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
+    for name in ("policy_loss", "entropy", "approx_kl", "kl_ref"):
+        np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
+    moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params, state.params)
+    assert max(jax.tree.leaves(moved)) > 1e-3

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import eqns_named
 from jaxrl import envs, rollout
 from jaxrl.algos import ppo
 from jaxrl.networks import ActorCritic
@@ -128,7 +129,7 @@ def test_critic_over_many_envs_runs_in_chunks_of_time_steps_bit_for_bit(num_envs
     """Beyond 4 x CRITIC_CHUNK_ROWS rows the critic's pass over a rollout's [T + 1, N] observations is a
     `lax.map` over chunks of whole time steps (the last one shorter where they do not divide), giving the values
     of one pass: bit for bit where a chunk's rows are a multiple of the products' row tile (128 envs), else within
-    float32 rounding; at or under it, one pass, the same program as the critic alone."""
+    float32 rounding; at or under it, one pass, the same program as the critic alone. Lowered for a GPU, one pass."""
     monkeypatch.setattr(rollout, "CRITIC_CHUNK_ROWS", 256)  # chunks beyond 1024 rows: 9 steps of 128 envs
     critic = ppo.setup(ppo.Config(env="CartPole-v1")).network
     obs = jax.random.normal(jax.random.key(0), (9, num_envs, 4))
@@ -137,9 +138,13 @@ def test_critic_over_many_envs_runs_in_chunks_of_time_steps_bit_for_bit(num_envs
     def value(o):
         return critic.apply(params, o, method=ActorCritic.value)
 
-    chunked = jax.make_jaxpr(lambda o: rollout.values_of(value, o))(obs)
-    maps = [eqn for eqn in chunked.jaxpr.eqns if eqn.primitive.name == "scan"]
+    def lowered_loops(platform):
+        exported = jax.export.export(jax.jit(lambda o: rollout.values_of(value, o)), platforms=(platform,))(obs)
+        return exported.mlir_module().count("stablehlo.while")
+
+    maps = eqns_named(jax.make_jaxpr(lambda o: rollout.values_of(value, o))(obs).jaxpr, "scan")
     assert len(maps) == (1 if obs.shape[0] * obs.shape[1] > 4 * 256 else 0)
+    assert lowered_loops("cpu") == len(maps) and lowered_loops("cuda") == 0
     if maps:
         assert maps[0].params["length"] == obs.shape[0] // max(1, 256 // obs.shape[1])
     chunked, whole = jax.jit(lambda o: rollout.values_of(value, o))(obs), jax.jit(value)(obs)

@@ -115,29 +115,31 @@ def init(setup: Setup, config: Config, key: jax.Array) -> TrainState:
     return state.replace(buffer=replay.init(item, 1, config.replay_capacity))
 
 
-def loss_fn(params, ref_params, network: ActorCritic, config: Config, batch: dict[str, jax.Array]):
+def loss_fn(params, ref_params, network: ActorCritic, config: Config, batch: dict[str, jax.Array], weighted=False):
     """Masked mean over valid steps of the (importance-weighted) clipped surrogate - ent_coef * entropy
-    (+ kl_coef * k3 KL to the reference policy)."""
+    (+ kl_coef * k3 KL to the reference policy). `weighted`: `batch` holds its samples' `losses.mask_weights`
+    ("weights"), and every masked mean is a plain mean of the weighted samples, which chunks can average."""
     dist = policy_of(network, params)(batch["obs"])
     log_prob = dist.log_prob(batch["actions"])
     mask = batch["mask"]
+    mean = losses.valid_mean(mask, batch["weights"] if weighted else None)
     surrogate, clipped, weight = losses.truncated_importance_surrogate_loss(
         log_prob, batch["proximal_log_probs"], batch["log_probs"], batch["advantages"], config.clip_eps, config.rho_bar
     )
-    entropy = losses.masked_mean(dist.entropy(), mask)
-    policy_loss = losses.masked_mean(surrogate, mask)
+    entropy = mean(dist.entropy())
+    policy_loss = mean(surrogate)
     total = policy_loss - config.ent_coef * entropy
     stats = {
         "policy_loss": policy_loss,
         "entropy": entropy,
-        "approx_kl": losses.masked_mean(losses.approx_kl(log_prob, batch["proximal_log_probs"]), mask),
-        "clip_fraction": losses.masked_mean(clipped.astype(jnp.float32), mask),
-        "importance_weight": losses.masked_mean(weight, mask),
+        "approx_kl": mean(losses.approx_kl(log_prob, batch["proximal_log_probs"])),
+        "clip_fraction": mean(clipped.astype(jnp.float32)),
+        "importance_weight": mean(weight),
     }
     if ref_params is not None:
         ref_log_prob = jax.lax.stop_gradient(policy_of(network, ref_params)(batch["obs"]).log_prob(batch["actions"]))
         # k3 estimator of KL(pi || pi_ref) on actions sampled from pi: r - log r - 1, r = pi_ref / pi.
-        kl = losses.masked_mean(losses.approx_kl(ref_log_prob, log_prob), mask)
+        kl = mean(losses.approx_kl(ref_log_prob, log_prob))
         total = total + config.kl_coef * kl
         stats["kl_ref"] = kl
     return total, stats
@@ -184,8 +186,21 @@ def update(setup: Setup, config: Config, state: TrainState) -> tuple[TrainState,
     def loss(params, minibatch):
         return loss_fn(params, state.ref_params, network, config, minibatch)
 
+    def sample_mean_loss(params, minibatch):  # a large minibatch's chunks, their samples weighted by the mask
+        return loss_fn(params, state.ref_params, network, config, minibatch, weighted=True)
+
+    def weighted(minibatch):
+        return {**minibatch, "weights": losses.mask_weights(minibatch["mask"])}
+
     params, opt_state, stats = ac.minibatch_updates(
-        config, loss, state.params, state.opt_state, batch, shuffle_key, config.minibatches_per_epoch
+        config,
+        loss,
+        state.params,
+        state.opt_state,
+        batch,
+        shuffle_key,
+        config.minibatches_per_epoch,
+        chunked=(weighted, sample_mean_loss),
     )
     ref_params = state.ref_params
     if config.kl_reference == "moving":

@@ -266,7 +266,9 @@ def rollout_batch(traj: Trajectory, advantages: jax.Array, targets: jax.Array, m
     }
 
 
-def actor_critic_loss(params, network: ActorCritic, config, batch: dict[str, jax.Array], critic: bool = True):
+def actor_critic_loss(
+    params, network: ActorCritic, config, batch: dict[str, jax.Array], critic: bool = True, weighted: bool = False
+):
     """Masked mean of the policy-gradient loss - ent_coef * entropy (+ vf_coef * 0.5 (V - G)^2 with `critic`).
 
     The policy term is `losses.policy_gradient_loss`, -rho A with rho = pi / mu from the stored behaviour
@@ -274,24 +276,38 @@ def actor_critic_loss(params, network: ActorCritic, config, batch: dict[str, jax
     estimate -A grad log pi; later epochs (if any) stay importance-corrected. `batch` holds obs, actions,
     log_probs, advantages, targets and a validity mask; advantages are normalised over the valid elements when
     `config.normalize_advantages`.
+
+    `weighted`: `batch` is `sample_weighted(config, batch)`'s instead, and every masked mean a plain mean of the
+    weighted samples, so that the loss is a mean over samples that `minibatch.gradient_in_chunks` can cut.
     """
     mask = batch["mask"]
+    mean = losses.valid_mean(mask, batch["weights"] if weighted else None)
     if critic:
         dist, values = network.apply(params, batch["obs"])
     else:
         dist = network.apply(params, batch["obs"], method=ActorCritic.policy)
     log_prob = dist.log_prob(batch["actions"])
     advantages = batch["advantages"]
-    if config.normalize_advantages:
+    if config.normalize_advantages and not weighted:
         advantages = parallel.normalize(advantages, mask)  # over the valid elements of every device
-    policy_loss = losses.masked_mean(losses.policy_gradient_loss(log_prob, batch["log_probs"], advantages), mask)
-    entropy = losses.masked_mean(dist.entropy(), mask)
+    policy_loss = mean(losses.policy_gradient_loss(log_prob, batch["log_probs"], advantages))
+    entropy = mean(dist.entropy())
     total = policy_loss - config.ent_coef * entropy
     value_loss = jnp.zeros(())
     if critic:
-        value_loss = losses.masked_mean(losses.value_loss(values, batch["targets"]), mask)
+        value_loss = mean(losses.value_loss(values, batch["targets"]))
         total = total + config.vf_coef * value_loss
     return total, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
+
+
+def sample_weighted(config, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """`batch` with its advantages normalised over its valid elements (where the Config asks) and its samples'
+    `losses.mask_weights`, with which mean(w * x) = `losses.masked_mean(x, mask)`."""
+    mask = batch["mask"]
+    advantages = batch["advantages"]
+    if config.normalize_advantages:
+        advantages = parallel.normalize(advantages, mask)
+    return {**batch, "advantages": advantages, "weights": losses.mask_weights(mask)}
 
 
 def policy_kl(network: ActorCritic, old_params, new_params, obs: jax.Array, mask: jax.Array) -> jax.Array:
@@ -337,13 +353,18 @@ def minibatch_updates(
 
 
 def actor_critic_step(config, network, params, opt_state, batch, key, critic: bool = True):
-    """`minibatch_updates` of `actor_critic_loss` (1 x 1: one gradient step on the whole rollout). Returns
-    (params, opt_state, stats) with the stats averaged over the steps and `kl`, the exact mean KL from the
+    """`minibatch_updates` of `actor_critic_loss` (1 x 1: one gradient step on the whole rollout; a minibatch of
+    more than `minibatch.GRADIENT_CHUNKS_FROM` samples in chunks, its samples weighted by `sample_weighted`).
+    Returns (params, opt_state, stats) with the stats averaged over the steps and `kl`, the exact mean KL from the
     rollout's policy to the updated one on the rollout's states."""
 
     def loss(p, minibatch):
         return actor_critic_loss(p, network, config, minibatch, critic)
 
-    new_params, opt_state, stats = minibatch_updates(config, loss, params, opt_state, batch, key)
+    def sample_mean_loss(p, minibatch):
+        return actor_critic_loss(p, network, config, minibatch, critic, weighted=True)
+
+    chunked = (functools.partial(sample_weighted, config), sample_mean_loss)
+    new_params, opt_state, stats = minibatch_updates(config, loss, params, opt_state, batch, key, chunked=chunked)
     stats["kl"] = policy_kl(network, params, new_params, batch["obs"], batch["mask"])
     return new_params, opt_state, stats

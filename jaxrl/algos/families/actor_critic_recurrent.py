@@ -7,7 +7,7 @@ across steps and iterations, minibatches of whole environment sequences.
 - `forward`: the core re-run over a minibatch's sequences (steps [T, B, ...]) from the states the rollout
   started them with and the rollout's episode starts, giving pi(.|o_0..o_t) and V(o_0..o_t);
 - `updates`: `minibatch.sequence_minibatch_epochs`, minibatches of num_envs / num_minibatches sequences in
-  time order;
+  time order, a large one's gradient taken over chunks of whole sequences in a data-parallel program;
 - `next_state`: the state after the iteration, its memory included.
 """
 
@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl import envs
+from jaxrl import minibatch as minibatches
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families.actor_critic import Rollout, TrainState
-from jaxrl.minibatch import sequence_minibatch_epochs
 from jaxrl.networks.recurrent import RecurrentActorCritic, initial_hidden, make_core
 from jaxrl.rollout import RecurrentAct, initial_memory, recurrent_rollout
 
@@ -112,11 +112,26 @@ class Setup(ac.Setup):
 
     def updates(self, config, loss: Callable, params, opt_state, rollout: Rollout, steps, key: jax.Array, chunked=None):
         """`update_epochs` passes of `num_minibatches` minibatches of whole environment sequences
-        (`minibatch.sequence_minibatch_epochs`): `loss(params, (steps [T, B, ...], initial [B, ...]))`. A sequence
-        minibatch takes its gradient whole: `chunked` (the feedforward `updates`' chunks) is not used."""
+        (`minibatch.sequence_minibatch_epochs`): `loss(params, (steps [T, B, ...], initial [B, ...]))`.
+
+        `chunked`: (prepare, sample_mean_loss) as in `actor_critic.minibatch_updates`, `prepare` taking the
+        minibatch's steps. Where `minibatch.sequence_chunks_pay` (large minibatches, data-parallel), a minibatch
+        then takes its gradient in chunks of whole sequences, about `minibatch.GRADIENT_SEQUENCE_CHUNK_SAMPLES`
+        samples each."""
         sequences = rollout.sequences
-        params, opt_state, stats = sequence_minibatch_epochs(
-            jax.grad(loss, has_aux=True),
+        grad = jax.grad(loss, has_aux=True)
+        num_steps, num_envs = jax.tree.leaves(steps)[0].shape[:2]
+        if chunked is not None and minibatches.sequence_chunks_pay(num_steps * num_envs // config.num_minibatches):
+            prepare, sample_mean_loss = chunked
+            per_chunk = max(1, minibatches.GRADIENT_SEQUENCE_CHUNK_SAMPLES // num_steps)
+            in_chunks = minibatches.gradient_in_chunks(jax.grad(sample_mean_loss, has_aux=True), per_chunk, axes=(1, 0))
+
+            def grad(params, sequence_minibatch):
+                steps, initial = sequence_minibatch
+                return in_chunks(params, (prepare(steps), initial))
+
+        params, opt_state, stats = minibatches.sequence_minibatch_epochs(
+            grad,
             ac.make_optimizer(config),
             params,
             opt_state,
