@@ -38,6 +38,7 @@ CASES = {
     "a2c": ("a2c", dict(num_envs=8192, num_steps=5, total_timesteps=8192 * 5 * 10)),
     "reinforce": ("reinforce", dict(num_envs=1024, num_steps=64, total_timesteps=1024 * 64 * 4)),
     "grpo": ("grpo", dict(num_groups=32, num_minibatches=2, total_timesteps=32 * 8 * 500 * 2)),
+    "impala": ("impala", dict(num_envs=1024, num_steps=64, num_minibatches=1, total_timesteps=1024 * 64 * 4)),
 }
 CHUNKS = ("whole", "chunks")
 

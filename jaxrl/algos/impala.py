@@ -34,6 +34,8 @@ minibatches of whole environment sequences.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -129,23 +131,31 @@ def vtrace_batch(config: Config, setup: ac.Setup, params, rollout: ac.Rollout) -
     }
 
 
-def loss_fn(params, setup: ac.Setup, config: Config, minibatch):
+def loss_fn(params, setup: ac.Setup, config: Config, minibatch, normalize: bool | None = None):
     """-A_pg log pi + vf_coef * 0.5 (V - v_s)^2 (or (Q(s, a) - G)^2) - ent_coef * entropy, averaged over the
     minibatch (its steps, or for a recurrent network its sequences re-run from their stored initial states,
-    `Setup.forward`); A_pg standardised over the minibatch with `normalize_advantages`."""
+    `Setup.forward`); A_pg standardised over the minibatch where `normalize` (default `normalize_advantages`)."""
     dist, values, steps = setup.forward(params, minibatch)
     if config.critic == "q":
         values = losses.action_value(values, steps["actions"])
-    return vtrace_loss(dist, values, config, steps)
+    return vtrace_loss(dist, values, config, steps, normalize)
 
 
-def vtrace_loss(dist, values: jax.Array, config: Config, batch: dict[str, jax.Array]):
+def standardized_advantages(config: Config, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """The batch with A_pg standardised over it (over every device's), where the Config asks."""
+    if not config.normalize_advantages:
+        return batch
+    advantages = batch["advantages"]
+    return {**batch, "advantages": parallel.normalize(advantages, jnp.ones(advantages.shape, bool))}
+
+
+def vtrace_loss(dist, values: jax.Array, config: Config, batch: dict[str, jax.Array], normalize: bool | None = None):
     """The loss of the policy `dist` and the critic's `values` (V(s), or Q(s, a) of the taken actions) at the
     batch's steps: -sg(A_pg) log pi(a|s) + vf_coef 0.5 (value - target)^2 - ent_coef H(pi), means over the batch;
-    A_pg standardised over the batch with `normalize_advantages`."""
+    A_pg standardised over the batch where `normalize` (default `normalize_advantages`)."""
+    if config.normalize_advantages if normalize is None else normalize:
+        batch = standardized_advantages(config, batch)
     advantages = batch["advantages"]
-    if config.normalize_advantages:
-        advantages = parallel.normalize(advantages, jnp.ones(advantages.shape, bool))
     policy_loss = -(advantages * dist.log_prob(batch["actions"])).mean()
     value_loss = losses.value_loss(values, batch["targets"]).mean()
     entropy = dist.entropy().mean()
@@ -172,7 +182,13 @@ def update(setup: ac.Setup, config: Config, state: TrainState) -> tuple[TrainSta
     def loss(params, minibatch):
         return loss_fn(params, setup, config, minibatch)
 
-    params, opt_state, stats = setup.updates(config, loss, state.params, state.opt_state, rollout, steps, shuffle_key)
+    def sample_mean_loss(params, minibatch):  # A_pg standardised over the whole minibatch beforehand
+        return loss_fn(params, setup, config, minibatch, normalize=False)
+
+    chunked = (functools.partial(standardized_advantages, config), sample_mean_loss)
+    params, opt_state, stats = setup.updates(
+        config, loss, state.params, state.opt_state, rollout, steps, shuffle_key, chunked=chunked
+    )
     metrics = {**episode_metrics(rollout.traj), **stats}
     lagged = lag.push(state.lagged, state.params)  # this iteration's parameters, before the update
     return setup.next_state(state, params, opt_state, rollout, key).replace(lagged=lagged), metrics
