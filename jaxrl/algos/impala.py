@@ -131,14 +131,15 @@ def vtrace_batch(config: Config, setup: ac.Setup, params, rollout: ac.Rollout) -
     }
 
 
-def loss_fn(params, setup: ac.Setup, config: Config, minibatch, normalize: bool | None = None):
+def loss_fn(params, setup: ac.Setup, config: Config, minibatch, standardized: bool = False):
     """-A_pg log pi + vf_coef * 0.5 (V - v_s)^2 (or (Q(s, a) - G)^2) - ent_coef * entropy, averaged over the
     minibatch (its steps, or for a recurrent network its sequences re-run from their stored initial states,
-    `Setup.forward`); A_pg standardised over the minibatch where `normalize` (default `normalize_advantages`)."""
+    `Setup.forward`); A_pg standardised over the minibatch with `normalize_advantages`, unless `standardized`
+    (`standardized_advantages` done beforehand, over a larger batch)."""
     dist, values, steps = setup.forward(params, minibatch)
     if config.critic == "q":
         values = losses.action_value(values, steps["actions"])
-    return vtrace_loss(dist, values, config, steps, normalize)
+    return vtrace_loss(dist, values, config, steps, standardized)
 
 
 def standardized_advantages(config: Config, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
@@ -149,11 +150,11 @@ def standardized_advantages(config: Config, batch: dict[str, jax.Array]) -> dict
     return {**batch, "advantages": parallel.normalize(advantages, jnp.ones(advantages.shape, bool))}
 
 
-def vtrace_loss(dist, values: jax.Array, config: Config, batch: dict[str, jax.Array], normalize: bool | None = None):
+def vtrace_loss(dist, values: jax.Array, config: Config, batch: dict[str, jax.Array], standardized: bool = False):
     """The loss of the policy `dist` and the critic's `values` (V(s), or Q(s, a) of the taken actions) at the
     batch's steps: -sg(A_pg) log pi(a|s) + vf_coef 0.5 (value - target)^2 - ent_coef H(pi), means over the batch;
-    A_pg standardised over the batch where `normalize` (default `normalize_advantages`)."""
-    if config.normalize_advantages if normalize is None else normalize:
+    A_pg standardised over the batch with `normalize_advantages`, unless `standardized` already."""
+    if not standardized:
         batch = standardized_advantages(config, batch)
     advantages = batch["advantages"]
     policy_loss = -(advantages * dist.log_prob(batch["actions"])).mean()
@@ -183,7 +184,7 @@ def update(setup: ac.Setup, config: Config, state: TrainState) -> tuple[TrainSta
         return loss_fn(params, setup, config, minibatch)
 
     def sample_mean_loss(params, minibatch):  # A_pg standardised over the whole minibatch beforehand
-        return loss_fn(params, setup, config, minibatch, normalize=False)
+        return loss_fn(params, setup, config, minibatch, standardized=True)
 
     chunked = (functools.partial(standardized_advantages, config), sample_mean_loss)
     params, opt_state, stats = setup.updates(
