@@ -2,7 +2,8 @@
 
 `minibatch_epochs` shuffles single steps (feedforward learners); `sequence_minibatch_epochs` shuffles whole
 environment sequences, keeping each in time order with the state it started from (recurrent learners).
-`gradient_in_chunks` takes a large minibatch's gradient over chunks of it, for a loss that is a mean over samples.
+`gradient_in_chunks` takes a large minibatch's gradient over chunks of it, for a loss that is a mean over samples;
+`chunked_gradient` does so after the statistics across the whole minibatch are taken.
 """
 
 from collections.abc import Callable
@@ -83,6 +84,18 @@ def gradient_in_chunks(grad_fn: Callable, rows: int = GRADIENT_CHUNK_ROWS, axes=
         return jax.lax.platform_dependent(params, minibatch, cpu=on_cpu, default=grad_fn)
 
     return chunked
+
+
+def chunked_gradient(prepare: Callable, sample_mean_loss: Callable, rows: int, axes=0) -> Callable:
+    """`grad(params, minibatch) -> (grads, stats)` of `sample_mean_loss(params, prepare(minibatch))`, taken over
+    chunks of `rows` samples (`gradient_in_chunks`): `prepare` takes the statistics across the whole minibatch
+    (an advantage normalisation, validity weights) before it is cut."""
+    in_chunks = gradient_in_chunks(jax.grad(sample_mean_loss, has_aux=True), rows, axes)
+
+    def grad(params, minibatch):
+        return in_chunks(params, prepare(minibatch))
+
+    return grad
 
 
 def minibatch_epochs(

@@ -332,12 +332,7 @@ def minibatch_updates(
     grad = jax.grad(loss, has_aux=True)
     samples = math.prod(jax.tree.leaves(batch)[0].shape[:2]) // num_minibatches
     if chunked is not None and samples > minibatches.GRADIENT_CHUNKS_FROM:
-        prepare, sample_mean_loss = chunked
-        grad_of = jax.grad(sample_mean_loss, has_aux=True)
-        in_chunks = minibatches.gradient_in_chunks(grad_of, minibatches.GRADIENT_CHUNK_ROWS)
-
-        def grad(params, minibatch):
-            return in_chunks(params, prepare(minibatch))
+        grad = minibatches.chunked_gradient(*chunked, minibatches.GRADIENT_CHUNK_ROWS)
 
     params, opt_state, stats = minibatch_epochs(
         grad,

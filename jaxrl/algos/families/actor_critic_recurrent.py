@@ -124,11 +124,12 @@ class Setup(ac.Setup):
         if chunked is not None and minibatches.sequence_chunks_pay(num_steps * num_envs // config.num_minibatches):
             prepare, sample_mean_loss = chunked
             per_chunk = max(1, minibatches.GRADIENT_SEQUENCE_CHUNK_SAMPLES // num_steps)
-            in_chunks = minibatches.gradient_in_chunks(jax.grad(sample_mean_loss, has_aux=True), per_chunk, axes=(1, 0))
 
-            def grad(params, sequence_minibatch):
+            def prepare_sequences(sequence_minibatch):
                 steps, initial = sequence_minibatch
-                return in_chunks(params, (prepare(steps), initial))
+                return prepare(steps), initial
+
+            grad = minibatches.chunked_gradient(prepare_sequences, sample_mean_loss, per_chunk, axes=(1, 0))
 
         params, opt_state, stats = minibatches.sequence_minibatch_epochs(
             grad,
