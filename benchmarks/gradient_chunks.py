@@ -1,5 +1,5 @@
-"""Large minibatches' gradients whole against in chunks (`jaxrl.minibatch.gradient_in_chunks`): each learner's whole
-train at a size that chunks, in one process.
+"""Large minibatches' gradients whole against in chunks (`jaxrl.minibatch.mean_in_chunks`; TRPO's policy step takes
+every mean over its batch so): each learner's whole train at a size that chunks, in one process.
 
     python -m benchmarks.gradient_chunks                          # every case, 2 rounds, XLA's thread pool
     python -m benchmarks.gradient_chunks --cases ppo_gru a2c --cpu-threads 1 --out benchmarks/results/NAME
@@ -20,7 +20,7 @@ import math
 
 from benchmarks.common import machine, measure, paired_cells, span, write_record
 
-# name: (algorithm, Config overrides); each takes minibatches of more than 16384 samples
+# name: (algorithm, Config overrides); each takes minibatches (TRPO: a batch) of more than 16384 samples
 CASES = {
     "ppo_2048_envs": ("ppo", dict(num_envs=2048, num_steps=128, total_timesteps=2048 * 128 * 2)),
     "ppo_gru": (
@@ -39,6 +39,9 @@ CASES = {
     "reinforce": ("reinforce", dict(num_envs=1024, num_steps=64, total_timesteps=1024 * 64 * 4)),
     "grpo": ("grpo", dict(num_groups=32, num_minibatches=2, total_timesteps=32 * 8 * 500 * 2)),
     "impala": ("impala", dict(num_envs=1024, num_steps=64, num_minibatches=1, total_timesteps=1024 * 64 * 4)),
+    "vmpo": ("vmpo", dict(num_envs=2048, num_steps=128, total_timesteps=2048 * 128 * 2)),
+    "trpo": ("trpo", dict(num_envs=2048, num_steps=128, total_timesteps=2048 * 128 * 2)),
+    "dpo": ("dpo", dict(num_groups=32, total_timesteps=32 * 8 * 500 * 2)),
 }
 CHUNKS = ("whole", "chunks")
 

@@ -2,8 +2,8 @@
 
 `minibatch_epochs` shuffles single steps (feedforward learners); `sequence_minibatch_epochs` shuffles whole
 environment sequences, keeping each in time order with the state it started from (recurrent learners).
-`gradient_in_chunks` takes a large minibatch's gradient over chunks of it, for a loss that is a mean over samples;
-`chunked_gradient` does so after the statistics across the whole minibatch are taken.
+`mean_in_chunks` takes a mean over a large batch's samples (a gradient, a Fisher-vector product) over chunks of it;
+`chunked_gradient` takes a gradient so after the statistics across the whole minibatch are taken.
 """
 
 from collections.abc import Callable
@@ -37,9 +37,15 @@ def sequence_chunks_pay(samples: int) -> bool:
 
 def gradient_in_chunks(grad_fn: Callable, rows: int = GRADIENT_CHUNK_ROWS, axes=0) -> Callable:
     """`grad_fn(params, minibatch) -> (grads, stats)` of a loss and stats that are means over the minibatch's
-    samples (no statistic across samples, such as an advantage normalisation, inside), taken over chunks of
-    `rows` samples in a `lax.scan`, one shorter chunk for the rest (a minibatch under `rows`: whole).
-    The chunks' (grads, stats) are averaged with weights m_c / M: the whole minibatch's mean up to float32
+    samples, taken over chunks of `rows` samples (`mean_in_chunks`)."""
+    return mean_in_chunks(grad_fn, rows, axes)
+
+
+def mean_in_chunks(fn: Callable, rows: int = GRADIENT_CHUNK_ROWS, axes=0) -> Callable:
+    """`fn(params, minibatch) -> pytree` of means over the minibatch's samples (no statistic across samples, such
+    as an advantage normalisation, inside: a gradient and its statistics, a Fisher-vector product), taken over
+    chunks of `rows` samples in a `lax.scan`, one shorter chunk for the rest (a minibatch under `rows`: whole).
+    The chunks' results are averaged with weights m_c / M: the whole minibatch's mean up to float32
     rounding. Each chunk's forward and backward activations stay in the CPU's caches, where a whole minibatch of
     tens of thousands of samples waits on memory.
 
@@ -48,16 +54,16 @@ def gradient_in_chunks(grad_fn: Callable, rows: int = GRADIENT_CHUNK_ROWS, axes=
     with `axes=(1, 0)` and `rows` sequences a chunk.
 
     The chunks are for the CPU only (`jax.lax.platform_dependent`): a program lowered for a GPU or TPU takes
-    the whole minibatch's gradient at once, where wide products are what those run best."""
+    the whole minibatch at once, where wide products are what those run best."""
 
-    def on_axis(fn, tree):  # fn(axis, leaf) over the leaves of `tree`
-        return jax.tree.map(lambda axis, sub: jax.tree.map(lambda x: fn(axis, x), sub), axes, tree)
+    def on_axis(leaf_fn, tree):  # leaf_fn(axis, leaf) over the leaves of `tree`
+        return jax.tree.map(lambda axis, sub: jax.tree.map(lambda x: leaf_fn(axis, x), sub), axes, tree)
 
     def on_cpu(params, minibatch):
         size = jax.tree.leaves(on_axis(lambda axis, x: x.shape[axis], minibatch))[0]
         whole, rest = divmod(size, rows)
         if whole == 0:
-            return grad_fn(params, minibatch)
+            return fn(params, minibatch)
 
         def cut(axis, x):  # the full chunks, stacked on a new leading axis
             x = jax.lax.slice_in_dim(x, 0, whole * rows, axis=axis)
@@ -66,22 +72,22 @@ def gradient_in_chunks(grad_fn: Callable, rows: int = GRADIENT_CHUNK_ROWS, axes=
         head = on_axis(cut, minibatch)
         zeros = jax.tree.map(
             lambda s: jnp.zeros(s.shape, s.dtype),
-            jax.eval_shape(grad_fn, params, jax.tree.map(lambda x: x[0], head)),
+            jax.eval_shape(fn, params, jax.tree.map(lambda x: x[0], head)),
         )
 
         def add(total, chunk):
-            return jax.tree.map(jnp.add, total, grad_fn(params, chunk)), None
+            return jax.tree.map(jnp.add, total, fn(params, chunk)), None
 
         total = jax.tree.map(lambda t: t * (rows / size), jax.lax.scan(add, zeros, head)[0])
         if rest:
-            tail = grad_fn(
+            tail = fn(
                 params, on_axis(lambda axis, x: jax.lax.slice_in_dim(x, whole * rows, size, axis=axis), minibatch)
             )
             total = jax.tree.map(lambda t, x: t + x * (rest / size), total, tail)
         return total
 
     def chunked(params, minibatch):
-        return jax.lax.platform_dependent(params, minibatch, cpu=on_cpu, default=grad_fn)
+        return jax.lax.platform_dependent(params, minibatch, cpu=on_cpu, default=fn)
 
     return chunked
 

@@ -214,3 +214,110 @@ def test_grpo_takes_a_large_minibatch_gradient_in_chunks_weighted_by_its_mask(mo
         np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
     moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params, state.params)
     assert max(jax.tree.leaves(moved)) > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env, devices", [("CartPole-v1", 1), ("Pendulum-v1", 1), ("CartPole-v1", 2)])
+def test_vmpo_takes_a_large_minibatch_gradient_in_chunks_after_its_e_step_over_the_whole_minibatch(
+    env, devices, monkeypatch
+):
+    """V-MPO's minibatches of 128 samples taken in chunks of 30 (and one of 8) train the network and the duals
+    (eta, alpha, or alpha_mu and alpha_sigma) to the parameters of the update without chunks, to float32
+    rounding: the top half, psi and L_eta are the whole minibatch's (per chunk, each chunk's own top half and
+    weights would move every gradient). On 2 emulated devices, each with its half of every minibatch, the E-step
+    is that of both halves together."""
+    from jaxrl.algos import vmpo
+
+    config = vmpo.Config(
+        env=env, num_envs=16 * devices, num_steps=16, total_timesteps=16 * 16 * 2, update_epochs=2, num_minibatches=2
+    )
+    if devices == 1:
+        setup = vmpo.setup(config)
+        state = jax.jit(lambda key: vmpo.init(setup, config, key))(jax.random.key(7))
+    else:
+        config = parallel.local_config(config, devices)
+        setup = vmpo.setup(config)
+        keys = jax.random.split(jax.random.key(7), devices)
+        state = jax.jit(jax.vmap(lambda key: vmpo.init(setup, config, key)))(keys)
+
+    def update(s):  # traced afresh on every call
+        if devices == 1:
+            return jax.jit(lambda s: vmpo.update(setup, config, s))(s)
+        return jax.jit(parallel.emulate(lambda s: vmpo.update(setup, config, s), devices, in_axes=0, out_axes=0))(s)
+
+    whole, whole_metrics = update(state)
+    assert not _scans_of_length(update, 128 // 30, state)
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 64)
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 30)
+    chunked, chunked_metrics = update(state)
+    assert _scans_of_length(update, 128 // 30, state)
+    assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
+    assert set(chunked_metrics) == set(whole_metrics)
+    for name in ("policy_loss", "temperature_loss", "alpha_loss", "value_loss", "entropy", "kl", "temperature"):
+        np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
+    for part in ("params", "duals"):
+        moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params[part], state.params[part])
+        assert max(jax.tree.leaves(moved)) > 1e-3  # both moved by far more than the tolerance
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_trpo_takes_its_policy_step_and_value_regression_over_chunks_of_a_large_batch(env, monkeypatch):
+    """TRPO's batch of 256 samples taken in chunks of 30 (and one of 16) for the surrogate's gradient, every
+    Fisher-vector product of the conjugate gradient and the line search's KL and surrogate, and its value
+    minibatches of 128 samples in chunks of 30 (and one of 8), train to the parameters of the whole batch, to
+    float32 rounding, through the same accepted step."""
+    from jaxrl.algos import trpo
+
+    config = trpo.Config(env=env, num_envs=16, num_steps=16, total_timesteps=16 * 16 * 2, vf_minibatches=2)
+    setup = trpo.setup(config)
+    state = jax.jit(lambda key: trpo.init(setup, config, key))(jax.random.key(8))
+
+    def update(s):  # traced afresh on every call
+        return jax.jit(lambda s: trpo.update(setup, config, s))(s)
+
+    whole, whole_metrics = update(state)
+    assert not _scans_of_length(update, 256 // 30, state)
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 100)
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 30)
+    chunked, chunked_metrics = update(state)
+    assert _scans_of_length(update, 256 // 30, state)  # the policy step's
+    assert _scans_of_length(update, 128 // 30, state)  # the value regression's
+    assert float(whole_metrics["accepted"]) == 1.0
+    assert_trees_close(chunked.params, whole.params, rtol=1e-3, atol=1e-6)
+    for name in ("kl", "step_fraction", "surrogate_improvement", "expected_improvement", "entropy", "value_loss"):
+        np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-3, atol=1e-6)
+    for new, old in zip(trpo.split_params(whole.params), trpo.split_params(state.params), strict=True):
+        moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), new, old)
+        assert max(jax.tree.leaves(moved)) > 1e-3  # the actor and the critic moved by far more than the tolerance
+
+
+@pytest.mark.slow
+def test_dpo_takes_a_large_batch_gradient_in_two_passes_over_chunks(monkeypatch):
+    """DPO's batch of 32 members x 32 steps (first episodes only, the rest masked out) taken in two passes over
+    chunks, log pi(y) of every member in chunks of 3 time steps and the gradient through the pairs' loss in chunks
+    of 100 steps (and one of 24), trains to the parameters of the whole batch's gradient, to float32 rounding. The
+    entropy bonus is large (ent_coef 1) so that its masked mean shows in the parameters."""
+    from jaxrl.algos import dpo
+
+    config = dpo.Config(horizon=32, total_timesteps=32 * 32, update_epochs=2, ent_coef=1.0)
+    setup = dpo.setup(config)
+    state = jax.jit(lambda key: dpo.init(setup, config, key))(jax.random.key(9))
+
+    def update(s):  # traced afresh on every call
+        return jax.jit(lambda s: dpo.update(setup, config, s))(s)
+
+    whole, whole_metrics = update(state)
+    assert not _scans_of_length(update, 1024 // 100, state)
+    assert 0.0 < float(whole_metrics["pair_fraction"]) and 0.0 < float(whole_metrics["dpo_loss"])
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 500)
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 100)
+    chunked, chunked_metrics = update(state)
+    assert _scans_of_length(update, 1024 // 100, state)  # the gradient's chunks
+    assert _scans_of_length(update, 32 // 3, state)  # log pi(y)'s chunks of 3 time steps
+    assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
+    assert set(chunked_metrics) == set(whole_metrics)
+    for name in ("dpo_loss", "reward_accuracy", "reward_margin", "log_ratio", "entropy"):
+        np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
+    moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params, state.params)
+    assert max(jax.tree.leaves(moved)) > 1e-3

@@ -19,10 +19,14 @@ One iteration:
 4. `update_epochs` full-batch Adam steps on the mean over valid pairs of `losses.dpo_loss`,
    -log sigmoid(beta (log pi(y_w) - log pi_ref(y_w) - log pi(y_l) + log pi_ref(y_l))), minus an optional
    entropy bonus. `beta` is a `hyper` field: vmappable in sweeps.
+
+A batch of more than `minibatch.GRADIENT_CHUNKS_FROM` steps takes its gradient in two passes over chunks of it on
+a CPU (`chunked_grad`): log pi(y) of every member, then the gradient through the pairs' loss.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -31,6 +35,7 @@ import optax
 from flax import struct
 
 from jaxrl import config_rules, estimators, losses
+from jaxrl import minibatch as minibatches
 from jaxrl.algos.base import check, hyper, make_train, shared, static, takes_setup, train  # noqa: F401
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families import grouped
@@ -89,22 +94,76 @@ def sequence_log_probs(log_prob: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.where(mask, log_prob, 0.0).sum(0)
 
 
+def pairs_loss(log_pi: jax.Array, config: Config, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    """(the mean over valid pairs of `losses.dpo_loss`, h [P]) for the members' log pi(y) [N]."""
+    ref, win, lose = batch["ref_log_probs"], batch["winners"], batch["losers"]
+    pair_loss, h = losses.dpo_loss(log_pi[win], ref[win], log_pi[lose], ref[lose], config.beta)
+    return losses.masked_mean(pair_loss, batch["valid"]), h
+
+
+def pair_stats(h: jax.Array, log_pi: jax.Array, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    valid, ref = batch["valid"], batch["ref_log_probs"]
+    return {
+        "reward_accuracy": losses.masked_mean((h > 0).astype(jnp.float32), valid),  # implicit reward ranks right
+        "reward_margin": losses.masked_mean(h, valid),
+        "log_ratio": losses.masked_mean(log_pi - ref, batch["mask"].any(0)),  # mean log pi(y) / pi_ref(y)
+    }
+
+
 def loss_fn(params, network: ActorCritic, config: Config, batch: dict[str, jax.Array]):
     """Mean over valid pairs of `losses.dpo_loss` - ent_coef * the masked mean entropy, and its statistics."""
     dist = policy_of(network, params)(batch["obs"])
     log_pi = sequence_log_probs(dist.log_prob(batch["actions"]), batch["mask"])
-    ref, win, lose, valid = batch["ref_log_probs"], batch["winners"], batch["losers"], batch["valid"]
-    pair_loss, h = losses.dpo_loss(log_pi[win], ref[win], log_pi[lose], ref[lose], config.beta)
-    dpo = losses.masked_mean(pair_loss, valid)
+    dpo, h = pairs_loss(log_pi, config, batch)
     entropy = losses.masked_mean(dist.entropy(), batch["mask"])
-    stats = {
-        "dpo_loss": dpo,
-        "reward_accuracy": losses.masked_mean((h > 0).astype(jnp.float32), valid),  # implicit reward ranks right
-        "reward_margin": losses.masked_mean(h, valid),
-        "log_ratio": losses.masked_mean(log_pi - ref, batch["mask"].any(0)),  # mean log pi(y) / pi_ref(y)
-        "entropy": entropy,
-    }
-    return dpo - config.ent_coef * entropy, stats
+    return dpo - config.ent_coef * entropy, {"dpo_loss": dpo, **pair_stats(h, log_pi, batch), "entropy": entropy}
+
+
+def step_log_probs(network: ActorCritic, params, obs: jax.Array, actions: jax.Array) -> jax.Array:
+    """log pi(a_t|s_t) [T, N], without a gradient's activations: on a CPU over chunks of whole time steps of
+    about `minibatch.GRADIENT_CHUNK_ROWS` rows (`jax.lax.map`)."""
+
+    def log_prob(obs, actions):
+        return policy_of(network, params)(obs).log_prob(actions)
+
+    def in_chunks(obs, actions):
+        steps = max(1, minibatches.GRADIENT_CHUNK_ROWS // obs.shape[1])
+        return jax.lax.map(lambda step: log_prob(*step), (obs, actions), batch_size=steps)
+
+    return jax.lax.platform_dependent(obs, actions, cpu=in_chunks, default=log_prob)
+
+
+def chunked_grad(network: ActorCritic, config: Config):
+    """`grad(params, batch) -> (grads, stats)` of `loss_fn` in two passes over chunks of the batch. With
+    c_n = dL_DPO / d log pi(y_n) from the members' log pi(y) (`step_log_probs`), the chain rule gives
+    grad L_DPO = sum_n c_n grad log pi(y_n) = grad sum_{t,n} sg(c_n) mask_tn log pi(a_tn|s_tn): a mean over steps
+    with weights c_n mask_tn T N, whose gradient `minibatch.gradient_in_chunks` takes with the entropy bonus's."""
+
+    def sample_mean_loss(params, steps):
+        dist = policy_of(network, params)(steps["obs"])
+        log_pi = jnp.mean(jnp.where(steps["mask"], steps["scaled_weights"] * dist.log_prob(steps["actions"]), 0.0))
+        entropy = jnp.mean(steps["weights"] * dist.entropy())
+        return log_pi - config.ent_coef * entropy, {"entropy": entropy}
+
+    in_chunks = minibatches.gradient_in_chunks(
+        jax.grad(sample_mean_loss, has_aux=True), minibatches.GRADIENT_CHUNK_ROWS
+    )
+
+    def grad(params, batch):
+        mask = batch["mask"]
+        log_pi = sequence_log_probs(step_log_probs(network, params, batch["obs"], batch["actions"]), mask)
+        (dpo, h), c = jax.value_and_grad(pairs_loss, has_aux=True)(log_pi, config, batch)
+        steps = {
+            "obs": batch["obs"],
+            "actions": batch["actions"],
+            "mask": mask,
+            "scaled_weights": jnp.broadcast_to(c * mask.size, mask.shape),
+            "weights": losses.mask_weights(mask),
+        }
+        grads, stats = in_chunks(params, jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), steps))
+        return grads, {"dpo_loss": dpo, **pair_stats(h, log_pi, batch), **stats}
+
+    return grad
 
 
 def pairs_batch(config: Config, obs, actions, rewards, mask, ref_log_prob) -> dict[str, jax.Array]:
@@ -145,6 +204,8 @@ def update(setup: Setup, config: Config, state: TrainState) -> tuple[TrainState,
     batch, trunk, metrics = collect(setup, config, state, collect_key)
     optimizer = ac.make_optimizer(config)
     grad_fn = jax.grad(lambda p: loss_fn(p, network, config, batch), has_aux=True)
+    if batch["mask"].size > minibatches.GRADIENT_CHUNKS_FROM:
+        grad_fn = functools.partial(chunked_grad(network, config), batch=batch)
 
     def step(carry, _):
         params, opt_state = carry

@@ -18,6 +18,11 @@ Data-parallel (`jaxrl.parallel`): the surrogate, its gradient, the Fisher-vector
 search's KL and surrogate are means over every device's equal share of the batch, so the conjugate gradient and
 the line search take the same decisions on every device; the value regression averages its gradients.
 
+A batch of more than `minibatch.GRADIENT_CHUNKS_FROM` samples takes the policy step's means (the surrogate and its
+gradient, the Fisher-vector products, the line search's KL and surrogate) over chunks of it on a CPU
+(`minibatch.mean_in_chunks`), its advantages normalised over the whole batch first; so do the value regression's
+minibatches of more samples than that.
+
 The natural-gradient step acts on the actor's parameters (the actor MLP and, for Gaussian policies, the log
 standard deviation); the critic's are split off and have their own Adam state in `TrainState.opt_state`.
 """
@@ -31,6 +36,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from jaxrl import config_rules, losses, optim, parallel
+from jaxrl import minibatch as minibatches
 from jaxrl.algos.base import hyper, make_train, shared, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy  # noqa: F401 (the module's surface)
@@ -105,22 +111,51 @@ def policy_step(config: Config, network: ActorCritic, params, batch: dict[str, j
     if config.normalize_advantages:
         advantages = parallel.normalize(advantages, mask)
 
-    def policy(theta):
-        return network.apply(merge_params(unravel(theta), critic_params), batch["obs"], method=ActorCritic.policy)
+    def objectives(b, mean):
+        """(L, KL, the entropy of pi_old) on the samples of `b`, each a `mean` over them."""
 
-    old = policy(jax.lax.stop_gradient(theta_old))
+        def policy(theta):
+            return network.apply(merge_params(unravel(theta), critic_params), b["obs"], method=ActorCritic.policy)
 
-    def surrogate(theta):  # L(theta) = E[pi_theta / pi_old * A], to be maximised
-        log_prob = policy(theta).log_prob(batch["actions"])
-        return -losses.masked_mean(losses.policy_gradient_loss(log_prob, batch["log_probs"], advantages), mask)
+        old = policy(jax.lax.stop_gradient(theta_old))
 
-    def kl(theta):
-        return losses.masked_mean(old.kl_divergence(policy(theta)), mask)
+        def surrogate(theta):  # L(theta) = E[pi_theta / pi_old * A], to be maximised
+            log_prob = policy(theta).log_prob(b["actions"])
+            return -mean(losses.policy_gradient_loss(log_prob, b["log_probs"], b["advantages"]))
+
+        def kl(theta):
+            return mean(old.kl_divergence(policy(theta)))
+
+        return surrogate, kl, lambda: mean(old.entropy())
+
+    batch = {**batch, "advantages": advantages}
+    if mask.size > minibatches.GRADIENT_CHUNKS_FROM:  # each mean over chunks of the batch, its samples weighted
+        weighted = {**batch, "weights": losses.mask_weights(mask)}
+        weighted = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), weighted)  # [T, N, ...] -> [T N, ...]
+
+        def in_chunks(fn):  # x -> the batch's mean of fn(x, surrogate, kl, entropy) over its chunks
+            def on_chunk(x, chunk):
+                return fn(x, *objectives(chunk, losses.valid_mean(chunk["mask"], chunk["weights"])))
+
+            return lambda x: minibatches.mean_in_chunks(on_chunk, minibatches.GRADIENT_CHUNK_ROWS)(x, weighted)
+
+        surrogate_and_grad = in_chunks(lambda theta, surrogate, kl, entropy: jax.value_and_grad(surrogate)(theta))
+        fisher_product = lambda: in_chunks(  # noqa: E731 (each chunk's KL linearised per product, in its cache)
+            lambda v, surrogate, kl, entropy: optim.fisher_vector_product(kl, theta_old, config.damping)(v)
+        )
+        kl_and_surrogate = in_chunks(lambda theta, surrogate, kl, entropy: (kl(theta), surrogate(theta)))
+        old_entropy = lambda: in_chunks(lambda theta, surrogate, kl, entropy: entropy())(theta_old)  # noqa: E731
+    else:
+        surrogate, kl, entropy = objectives(batch, losses.valid_mean(mask))
+        surrogate_and_grad = jax.value_and_grad(surrogate)
+        fisher_product = lambda: optim.fisher_vector_product(kl, theta_old, config.damping)  # noqa: E731
+        kl_and_surrogate = lambda theta: (kl(theta), surrogate(theta))  # noqa: E731
+        old_entropy = entropy
 
     # under data parallelism each device's surrogate and KL are means over its equal share of the batch: their
     # device means, and those of their gradients and Fisher-vector products, are the whole batch's
-    surrogate_old, g = parallel.pmean(jax.value_and_grad(surrogate)(theta_old))
-    local_fvp = optim.fisher_vector_product(kl, theta_old, config.damping)
+    surrogate_old, g = parallel.pmean(surrogate_and_grad(theta_old))
+    local_fvp = fisher_product()  # the whole batch's KL linearised once, after the gradient
     fvp = lambda v: parallel.pmean(local_fvp(v))  # noqa: E731
     direction = optim.conjugate_gradient(fvp, g, config.cg_iters, config.cg_tol)
     f_direction = fvp(direction)
@@ -128,7 +163,7 @@ def policy_step(config: Config, network: ActorCritic, params, batch: dict[str, j
     full_step = scale * direction
 
     def accept(theta):
-        step_kl, candidate = parallel.pmean((kl(theta), surrogate(theta)))
+        step_kl, candidate = parallel.pmean(kl_and_surrogate(theta))
         improvement = candidate - surrogate_old
         ok = (step_kl <= config.max_kl) & (improvement > 0.0) & jnp.isfinite(step_kl) & jnp.isfinite(improvement)
         return ok, {"kl": step_kl, "surrogate_improvement": improvement}
@@ -142,7 +177,7 @@ def policy_step(config: Config, network: ActorCritic, params, batch: dict[str, j
         "step_fraction": fraction,
         "accepted": accepted.astype(jnp.float32),
         "cg_residual": jnp.linalg.norm(f_direction - g) / jnp.maximum(jnp.linalg.norm(g), 1e-20),
-        "entropy": losses.masked_mean(old.entropy(), mask),
+        "entropy": old_entropy(),
     }
     return merge_params(unravel(theta), critic_params), stats
 
@@ -151,13 +186,24 @@ def value_regression(config: Config, network: ActorCritic, params, opt_state, ba
     """`vf_epochs` x `vf_minibatches` Adam steps of 0.5 (V(s) - G)^2 on the critic's parameters."""
     policy_params, critic_params = split_params(params)
 
-    def grad_fn(critic, minibatch):
-        def loss(critic):
-            values = network.apply(merge_params(policy_params, critic), minibatch["obs"], method=ActorCritic.value)
-            return losses.masked_mean(losses.value_loss(values, minibatch["targets"]), minibatch["mask"])
+    def value_loss(critic, minibatch, mean):
+        values = network.apply(merge_params(policy_params, critic), minibatch["obs"], method=ActorCritic.value)
+        return mean(losses.value_loss(values, minibatch["targets"]))
 
-        value_loss, grads = jax.value_and_grad(loss)(critic)
-        return grads, {"value_loss": value_loss}
+    def grad_fn(critic, minibatch):
+        loss, grads = jax.value_and_grad(value_loss)(critic, minibatch, losses.valid_mean(minibatch["mask"]))
+        return grads, {"value_loss": loss}
+
+    if batch["mask"].size // config.vf_minibatches > minibatches.GRADIENT_CHUNKS_FROM:
+
+        def sample_mean_loss(critic, minibatch):  # a chunk's, its samples weighted by `losses.mask_weights`
+            loss = value_loss(critic, minibatch, losses.valid_mean(minibatch["mask"], minibatch["weights"]))
+            return loss, {"value_loss": loss}
+
+        def weighted(minibatch):
+            return {**minibatch, "weights": losses.mask_weights(minibatch["mask"])}
+
+        grad_fn = minibatches.chunked_gradient(weighted, sample_mean_loss, minibatches.GRADIENT_CHUNK_ROWS)
 
     critic_params, opt_state, stats = minibatch_epochs(
         grad_fn,

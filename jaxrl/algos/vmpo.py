@@ -26,6 +26,9 @@ minibatch (`normalize_advantages`) in place of PopArt, which keeps eta's scale i
 
 Data-parallel (`jaxrl.parallel`): the top half, the weights and L_eta are those of the global minibatch (the
 advantages gathered from every device), L_pi sums over it, and the KL and value terms average over it.
+
+A minibatch of more than `minibatch.GRADIENT_CHUNKS_FROM` samples takes its gradient in chunks on a CPU
+(`chunked_grad`): the E-step over the whole minibatch first, then the network's terms as means over samples.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import optax
 from flax import struct
 
 from jaxrl import losses, parallel
+from jaxrl import minibatch as minibatches
 from jaxrl.algos.base import hyper, make_train, shared, static, takes_setup, train  # noqa: F401 (re-exports make_train, train)
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families.actor_critic import TrainState, evaluation_policy  # noqa: F401 (the module's surface)
@@ -114,17 +118,18 @@ def old_policy(network: ActorCritic, params, obs: jax.Array) -> dict[str, jax.Ar
     return {"old_mean": dist.loc, "old_std": jnp.broadcast_to(dist.scale_diag, dist.loc.shape)}
 
 
-def trust_region(network: ActorCritic, config: Config, dist, duals, batch) -> tuple[jax.Array, dict]:
-    """sum of L_alpha over the constraints: the categorical KL, or the Gaussian's mean and covariance parts."""
-    mask = batch["mask"]
+def trust_region(network: ActorCritic, config: Config, dist, duals, batch, mean=None) -> tuple[jax.Array, dict]:
+    """sum of L_alpha over the constraints: the categorical KL, or the Gaussian's mean and covariance parts.
+    `mean`: the mean over the valid samples (default the masked mean; `losses.valid_mean`)."""
+    mean = mean or losses.valid_mean(batch["mask"])
     if network.discrete:
         import distrax  # on first use, as in jaxrl.networks.heads
 
-        kl = losses.masked_mean(distrax.Categorical(logits=batch["old_logits"]).kl_divergence(dist), mask)
+        kl = mean(distrax.Categorical(logits=batch["old_logits"]).kl_divergence(dist))
         alpha = jnp.exp(duals["log_alpha"])
         return losses.lagrange_loss(alpha, kl, config.epsilon_alpha), {"kl": kl, "alpha": alpha}
     kl_mu, kl_sigma = losses.gaussian_kl_decomposed(batch["old_mean"], batch["old_std"], dist.loc, dist.scale_diag)
-    kl_mu, kl_sigma = losses.masked_mean(kl_mu, mask), losses.masked_mean(kl_sigma, mask)
+    kl_mu, kl_sigma = mean(kl_mu), mean(kl_sigma)
     alpha_mu, alpha_sigma = jnp.exp(duals["log_alpha_mu"]), jnp.exp(duals["log_alpha_sigma"])
     loss = losses.lagrange_loss(alpha_mu, kl_mu, config.epsilon_alpha_mu)
     loss = loss + losses.lagrange_loss(alpha_sigma, kl_sigma, config.epsilon_alpha_sigma)
@@ -138,22 +143,26 @@ def trust_region(network: ActorCritic, config: Config, dist, duals, batch) -> tu
     return loss, stats
 
 
-def loss_fn(params, network: ActorCritic, config: Config, batch: dict[str, jax.Array]):
-    """L_pi + L_eta + L_alpha + vf_coef L_V on one minibatch (the module docstring's equations)."""
-    mask, duals = batch["mask"], params["duals"]
-    dist, values = network.apply(params, batch["obs"])
-    advantages = batch["advantages"]
+def e_step(config: Config, duals, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(L_eta, psi of this device's samples, eta) over the global minibatch: every device selects and weighs on
+    every device's advantages (normalised where the Config asks), the same L_eta on each."""
+    mask, advantages = batch["mask"], batch["advantages"]
     if config.normalize_advantages:
         advantages = parallel.normalize(advantages, mask)
-    # the E-step over the global minibatch: every device selects and weighs on every device's advantages
-    # (the same L_eta on each) and keeps the weights of its own samples; L_pi sums over all of them
     every_advantage = parallel.gather(advantages)
     selected = losses.vmpo_top_half(every_advantage, parallel.gather(mask))
     temperature = jnp.exp(duals["log_temperature"])
     temperature_loss, every_weight = losses.vmpo_temperature_loss(
         temperature, every_advantage, selected, config.epsilon_eta
     )
-    weights = parallel.own_block(every_weight, advantages.shape[0])
+    return temperature_loss, parallel.own_block(every_weight, advantages.shape[0]), temperature
+
+
+def loss_fn(params, network: ActorCritic, config: Config, batch: dict[str, jax.Array]):
+    """L_pi + L_eta + L_alpha + vf_coef L_V on one minibatch (the module docstring's equations)."""
+    mask, duals = batch["mask"], params["duals"]
+    dist, values = network.apply(params, batch["obs"])
+    temperature_loss, weights, temperature = e_step(config, duals, batch)  # L_pi sums over every device's samples
     policy_loss = parallel.share_of_sum(losses.vmpo_policy_loss(dist.log_prob(batch["actions"]), weights))
     alpha_loss, kl_stats = trust_region(network, config, dist, duals, batch)
     value_loss = losses.masked_mean(losses.value_loss(values, batch["targets"]), mask)
@@ -170,6 +179,51 @@ def loss_fn(params, network: ActorCritic, config: Config, batch: dict[str, jax.A
     return total, stats
 
 
+def sample_mean_loss(params, network: ActorCritic, config: Config, batch: dict[str, jax.Array]):
+    """L_pi + L_alpha + vf_coef L_V as a mean over samples, which chunks of them can average: `batch` holds the
+    E-step's weights as per-sample terms ("scaled_weights", n psi: the mean of n psi log pi is the sum of
+    psi log pi) and the samples' `losses.mask_weights` ("weights"). L_eta is the whole minibatch's (`chunked_grad`)."""
+    mean = losses.valid_mean(batch["mask"], batch["weights"])
+    dist, values = network.apply(params, batch["obs"])
+    log_prob = dist.log_prob(batch["actions"])
+    policy_loss = parallel.share_of_sum(-jnp.mean(batch["scaled_weights"] * log_prob))
+    alpha_loss, kl_stats = trust_region(network, config, dist, params["duals"], batch, mean)
+    value_loss = mean(losses.value_loss(values, batch["targets"]))
+    total = policy_loss + alpha_loss + config.vf_coef * value_loss
+    stats = {
+        "policy_loss": policy_loss,
+        "alpha_loss": alpha_loss,
+        "value_loss": value_loss,
+        "entropy": mean(dist.entropy()),
+        **kl_stats,
+    }
+    return total, stats
+
+
+def chunked_grad(network: ActorCritic, config: Config):
+    """`grad(params, minibatch) -> (grads, stats)` of `loss_fn`, its network's terms taken over chunks of
+    `minibatch.GRADIENT_CHUNK_ROWS` samples (`minibatch.gradient_in_chunks`): the E-step (the top half, psi and
+    L_eta's gradient in log eta) over the whole minibatch first, then `sample_mean_loss` in chunks."""
+    in_chunks = minibatches.gradient_in_chunks(
+        jax.grad(lambda p, b: sample_mean_loss(p, network, config, b), has_aux=True), minibatches.GRADIENT_CHUNK_ROWS
+    )
+
+    def grad(params, batch):
+        def temperature_loss(log_temperature):
+            loss, weights, temperature = e_step(config, {"log_temperature": log_temperature}, batch)
+            return loss, (weights, temperature)
+
+        log_temperature = params["duals"]["log_temperature"]
+        (l_eta, (weights, temperature)), d_eta = jax.value_and_grad(temperature_loss, has_aux=True)(log_temperature)
+        mask = batch["mask"]
+        weighted = {**batch, "scaled_weights": weights * mask.size, "weights": losses.mask_weights(mask)}
+        grads, stats = in_chunks(params, weighted)
+        duals = {**grads["duals"], "log_temperature": grads["duals"]["log_temperature"] + d_eta}
+        return {**grads, "duals": duals}, {**stats, "temperature_loss": l_eta, "temperature": temperature}
+
+    return grad
+
+
 @takes_setup
 def update(setup: ac.Setup, config: Config, state: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
     """One iteration: rollout, GAE, `update_epochs` x `num_minibatches` V-MPO steps (E-step, M-step, duals, value)."""
@@ -182,6 +236,9 @@ def update(setup: ac.Setup, config: Config, state: TrainState) -> tuple[TrainSta
     def grad_fn(params, minibatch):
         grads, stats = jax.grad(loss_fn, has_aux=True)(params, network, config, minibatch)
         return grads, stats
+
+    if config.num_envs * config.num_steps // config.num_minibatches > minibatches.GRADIENT_CHUNKS_FROM:
+        grad_fn = chunked_grad(network, config)
 
     params, opt_state, stats = minibatch_epochs(
         grad_fn,
