@@ -83,11 +83,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def train(case: str, flags: str, folder: Path, processes: int = 1) -> dict:
-    """One `jaxrl train` of `case` with the layout's `flags` (over `processes` processes on this machine, one CPU
+def train(arguments: str, flags: str, folder: Path, processes: int = 1) -> dict:
+    """One `jaxrl train ARGUMENTS` with the layout's `flags` (over `processes` processes on this machine, one CPU
     device each): process 0's summary.json and the wall seconds until every process exited."""
-    run = folder / f"{case}-{time.monotonic_ns()}"
-    argv = [sys.executable, "-m", "jaxrl.cli", "train", *CASES[case].split(), *flags.split()]
+    run = folder / f"run-{time.monotonic_ns()}"
+    argv = [sys.executable, "-m", "jaxrl.cli", "train", *arguments.split(), *flags.split()]
     start = time.perf_counter()
     argv += ["--no-progress", "--compile-cache", "none", "--run-dir", str(run)]  # every run compiles cold
     if processes == 1:
@@ -136,7 +136,7 @@ def main(argv=None) -> None:
             for round_ in range(args.rounds):
                 for layout in list(chosen)[:: 1 if round_ % 2 == 0 else -1]:
                     processes = 2 if layout.startswith((PROCESSES, PROCESSES_ENVS)) else 1
-                    runs[case][layout].append(train(case, chosen[layout], Path(tmp), processes))
+                    runs[case][layout].append(train(CASES[case], chosen[layout], Path(tmp), processes))
                     print(case, layout, runs[case][layout][-1], flush=True)
     record = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

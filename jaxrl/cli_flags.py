@@ -109,7 +109,8 @@ TRAIN_FLAGS = [
         " several seeds, whole seeds on each local device (on a CPU one device per core; copies of seed 0, dropped"
         " from the results, fill the last device where the devices do not divide the seeds); else every local"
         " device when the algorithm is data-parallel, the count divides num_envs and, on a CPU, each device gets at"
-        " least 256 of the seeds x num_envs environments; else 1 (over several processes the devices of every"
+        " least 256 of the seeds x num_envs environments or, without a replay buffer, 4096 of the seeds x num_envs"
+        " x num_steps samples; else 1 (over several processes the devices of every"
         " process count: whole seeds on each, the same number of devices from each process, else all; a resume"
         " may use another count)")),
     ("--seed-devices", dict(type=number, default=None, metavar="N", help="split the seeds over N devices, whole"

@@ -233,6 +233,7 @@ def train_command(args) -> int:
     check_run_flags(args)
     check_run_folder(args, args.run_dir)
     status(args, f"starting JAX and {args.algo}")
+    from jaxrl import catalog
     from jaxrl.algos import ALGORITHMS
     from jaxrl.algos.base import to_dict
     from jaxrl.run import folder, hosts, loop, report
@@ -243,7 +244,10 @@ def train_command(args) -> int:
     chosen = args.cpu_threads is not None or backend_initialized()  # in-process after JAX started: its pool stays
     if not chosen and alone and not args.resume and args.devices in (None, "auto", 1):
         seeds = args.seeds if args.seeds is not None else folder.RUN_DEFAULTS["seeds"]
-        args.cpu_threads = auto_cpu_threads(config_from_args(module.Config, args), seeds)
+        config = config_from_args(module.Config, args)
+        facts = catalog.env_facts(config.env)  # the env's time limit as jaxrl/env_ids.json records it, before JAX
+        cores = 1 if args.devices == 1 else args.cpu_cores  # the devices a data-parallel run would take
+        args.cpu_threads = auto_cpu_threads(config, seeds, cores, facts.time_limit if facts else None)
     start_jax(args, "training")
     hosts.check_backend()
     import jax

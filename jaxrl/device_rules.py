@@ -17,6 +17,30 @@ from jaxrl import config_rules, field_rules
 DIVIDED = ("num_envs", "num_groups", "buffer_size", "replay_batch_size")
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
+# the smallest share of a batch per CPU device at which one run's data parallelism pays: seeds x num_envs
+# environments a device, or, for a learner that learns from each iteration's rollout, seeds x num_envs x
+# num_steps samples a device (benchmarks/results/notes/scaling.md)
+MIN_ENVS_PER_CPU_DEVICE = 256
+MIN_SAMPLES_PER_CPU_DEVICE = 4096
+
+
+def cpu_data_parallel_pays(config, seeds: int, devices: int, samples: int) -> bool:
+    """Whether one run of `config` (x `seeds`) over `devices` CPU devices gives each enough to outrun one device:
+    `MIN_ENVS_PER_CPU_DEVICE` environments, or, where the learner learns from each iteration's rollout of
+    `samples` env steps (no replay buffer), `MIN_SAMPLES_PER_CPU_DEVICE` of them. A rollout's steps of a few
+    environments hand little work to each device, but an update over thousands of samples splits well."""
+    if seeds * getattr(config, "num_envs", 0) >= devices * MIN_ENVS_PER_CPU_DEVICE:
+        return True
+    return not hasattr(config, "buffer_size") and seeds * samples >= devices * MIN_SAMPLES_PER_CPU_DEVICE
+
+
+def rollout_samples(config, time_limit: int | None) -> int:
+    """num_envs x num_steps of one iteration's rollout, without JAX: a grouped learner's `horizon` 0 runs the env's
+    `time_limit` steps (0 where that is unknown)."""
+    if hasattr(config, "horizon"):
+        return config.num_envs * (config.horizon or time_limit or 0)
+    return getattr(config, "num_envs", 0) * getattr(config, "num_steps", 0)
+
 
 def check_count(devices: int, have: int, platform: str) -> None:
     """Refuses a data-parallel device count this process does not have (1 to `have`)."""

@@ -564,3 +564,33 @@ def test_gradient_chunks_benchmark_alternates_whole_and_chunks_and_restores_the_
     assert "| a2c | 40,960 | 1.00-1.00 | 1.00-1.00 | 1.00x | 0.0-0.0k | 0.0-0.0k | 1.20x (1.20-1.20) |" in (
         out.with_suffix(".md").read_text()
     )
+
+
+def test_train_layouts_alternate_auto_and_one_device_and_span_both_sides_of_the_rule(monkeypatch, tmp_path):
+    """Auto, one device, one device, auto (ABBA) per case, the ratios auto / one device in the table; the cases
+    fall on the side of `device_rules.cpu_data_parallel_pays` (2 CPU devices) that their comments name."""
+    from benchmarks import train_layouts
+    from jaxrl import cli, commands, device_rules
+    from jaxrl.algos import ALGORITHMS
+
+    two = {"ppo_64x128", "ppo_32x512", "grpo", "dpo"}
+    for name, arguments in train_layouts.CASES.items():
+        args = cli.build_parser().parse_args(["train", *arguments.split()])
+        config = commands.config_from_args(ALGORITHMS[args.algo].Config, args)
+        samples = device_rules.rollout_samples(config, time_limit=500)
+        assert device_rules.cpu_data_parallel_pays(config, 1, 2, samples) == (name in two), name
+    order = []
+
+    def fake(arguments, flags, folder, processes=1):
+        auto = flags == "--devices auto"
+        order.append("auto" if auto else "one")
+        return {"steps_per_second": 12.0 if auto else 10.0, "compile_s": 1.0, "final_return_mean": 500.0,
+                "devices": 2 if auto else 1, "wall_s": 2.0}  # fmt: skip
+
+    monkeypatch.setattr(train_layouts, "train", fake)
+    monkeypatch.setattr(train_layouts, "RESULTS", tmp_path)
+    train_layouts.main(["--cases", "grpo", "--rounds", "2", "--out", "layouts"])
+    assert order == ["auto", "one", "one", "auto"]
+    table = (tmp_path / "layouts.md").read_text()
+    row = "| `jaxrl train grpo --total-timesteps 6.4e5` | 2 | 0k-0k | 0k-0k | 1.20, 1.20 | 1.0 | 1.0 | 500.0 | 500.0 |"
+    assert row in table

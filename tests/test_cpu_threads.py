@@ -118,23 +118,27 @@ def test_one_thread_trains_small_runs_bit_for_bit_as_the_default_pool():
 
 
 @pytest.mark.parametrize(
-    ("algo", "changes", "seeds", "threads"),
+    ("algo", "changes", "seeds", "cores", "threads"),
     [
-        ("ppo", {}, 1, 1),  # 16 envs, 64-64
-        ("dqn", {}, 1, 1),  # 10 envs, 128-128
-        ("ppo", {}, 2, 1),  # 32 envs over the seeds
-        ("ppo", {}, 4, None),
-        ("ppo", {"num_envs": 64}, 1, None),
-        ("ppo", {"hidden_sizes": (256, 256)}, 1, None),
-        ("ppo", {"env": "Breakout-MinAtar", "torso": "cnn"}, 1, None),
-        ("ppo", {"core": "gru"}, 1, None),
+        ("ppo", {}, 1, 2, 1),  # 16 envs, 64-64
+        ("dqn", {}, 1, 2, 1),  # 10 envs, 128-128
+        ("ppo", {}, 2, 2, 1),  # 32 envs over the seeds
+        ("ppo", {}, 4, 2, None),
+        ("ppo", {"num_envs": 64}, 1, 2, None),
+        ("ppo", {"hidden_sizes": (256, 256)}, 1, 2, None),
+        ("ppo", {"env": "Breakout-MinAtar", "torso": "cnn"}, 1, 2, None),
+        ("ppo", {"core": "gru"}, 1, 2, None),
+        ("grpo", {}, 1, 2, None),  # 32 members x 500 steps: data-parallel over the 2 cores, on XLA's pool
+        ("grpo", {}, 1, 1, 1),  # one core: one device, one thread
+        ("ppo", {"num_envs": 16, "num_steps": 512}, 1, 2, None),  # 8,192 samples: data-parallel
+        ("dqn", {"num_envs": 16, "num_steps": 512}, 1, 2, 1),  # a replay learner counts its envs only
     ],
 )
-def test_train_takes_one_thread_for_a_small_mlp_run_only(algo, changes, seeds, threads):
+def test_train_takes_one_thread_for_a_small_mlp_run_only(algo, changes, seeds, cores, threads):
     from jaxrl.algos import ALGORITHMS
     from jaxrl.sweep.devices import auto_cpu_threads
 
-    assert auto_cpu_threads(ALGORITHMS[algo].Config(**changes), seeds) == threads
+    assert auto_cpu_threads(ALGORITHMS[algo].Config(**changes), seeds, cores, time_limit=500) == threads
 
 
 class Started(Exception):
@@ -148,6 +152,9 @@ class Started(Exception):
         (["train", "ppo", "--num-envs", "256"], None),
         (["train", "ppo", "--cpu-threads", "2"], 2),  # given: kept
         (["train", "ppo", "--devices", "2"], None),  # several devices: XLA's pool
+        (["train", "grpo", "--cpu-cores", "2"], None),  # 32 members x 500 steps: data-parallel, XLA's pool
+        (["train", "grpo", "--cpu-cores", "2", "--devices", "1"], 1),
+        (["train", "grpo", "--cpu-cores", "2", "--env", "Pendulum-v1"], 1),  # 32 x 200 steps: one device
     ],
 )
 def test_the_train_command_chooses_the_pool_before_jax_starts(monkeypatch, argv, threads):

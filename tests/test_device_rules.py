@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from test_parallel import run_on_two_devices, subprocess_env
 
 from jaxrl import device_rules
@@ -150,3 +151,24 @@ def test_where_an_accelerator_may_be_there_the_devices_wait_for_jax(monkeypatch)
             patched.setattr(importlib.util, "find_spec", lambda name, p=plugin: object() if name == p else real(name))
             assert device_rules.expected_cpu_devices(2) is None, plugin
     assert os.environ["XLA_FLAGS"].endswith("=5")
+
+
+@pytest.mark.parametrize(
+    ("algo", "fields", "time_limit", "pays"),
+    [
+        ("ppo", {"num_envs": 64, "num_steps": 64}, None, False),  # 2,048 samples a device
+        ("ppo", {"num_envs": 64, "num_steps": 128}, None, True),  # 4,096 samples a device
+        ("ppo", {"num_envs": 512, "num_steps": 1}, None, True),  # 256 envs a device
+        ("dqn", {"num_envs": 16, "num_steps": 512}, None, False),  # a replay learner: its envs only
+        ("dqn", {"num_envs": 512, "buffer_size": 512 * 20}, None, True),
+        ("grpo", {}, 500, True),  # 32 members x the env's 500 steps
+        ("grpo", {}, None, False),  # the time limit unknown before JAX: its envs only
+        ("grpo", {"horizon": 128}, None, False),  # 4,096 samples over 2 devices
+    ],
+)
+def test_one_runs_data_parallelism_pays_on_cpu_by_its_envs_or_its_rollouts_samples(algo, fields, time_limit, pays):
+    from jaxrl.algos import ALGORITHMS
+
+    config = ALGORITHMS[algo].Config(**fields)
+    samples = device_rules.rollout_samples(config, time_limit)
+    assert device_rules.cpu_data_parallel_pays(config, 1, 2, samples) is pays

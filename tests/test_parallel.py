@@ -607,10 +607,12 @@ assert len(jax.devices()) == 2
 least = 2 * base.MIN_ENVS_PER_CPU_DEVICE
 cases = [
     base.auto_devices(ppo.Config(num_envs=least)),
-    base.auto_devices(ppo.Config(num_envs=least // 2)),
+    base.auto_devices(ppo.Config(num_envs=least // 2, num_steps=8)),
     base.auto_devices(ppo.Config(num_envs=least // 8), seeds=8),
     base.auto_devices(ppo.Config(num_envs=least + 1, num_minibatches=1)),
     base.auto_devices(dqn.Config(num_envs=least, buffer_size=least * 100, replay_batch_size=128)),
+    base.auto_devices(ppo.Config(num_envs=16, num_steps=base.MIN_SAMPLES_PER_CPU_DEVICE // 8)),
+    base.auto_devices(dqn.Config(num_envs=16, num_steps=base.MIN_SAMPLES_PER_CPU_DEVICE // 8)),
 ]
 print("auto", cases, flush=True)
 
@@ -679,7 +681,7 @@ def check_on_two_devices(cases, every, sweep):
     CPU devices (one JAX start), and asserts each case printed its line, in order."""
     script = SHARDED_EQUALS_EMULATED.format(cases=cases, every=every, sweep=sweep)
     lines = run_on_two_devices(script, timeout=3 * TIMEOUT_S).strip().splitlines()
-    assert "auto [2, 1, 2, 1, 2]" in lines, lines
+    assert "auto [2, 1, 2, 1, 2, 2, 1]" in lines, lines
     passed = [line.split()[1] for line in lines if line.startswith("ok ")]
     assert passed == [c[0] for c in cases] + [name for name, _ in every] + ["sweep-rows"] * sweep, lines
 
@@ -688,8 +690,9 @@ def check_on_two_devices(cases, every, sweep):
 def test_two_devices_equal_the_emulated_global_computation():
     """In one process with 2 CPU devices, in order, a line per case that passed:
 
-    - `devices="auto"`: both devices once seeds x num_envs gives each MIN_ENVS_PER_CPU_DEVICE environments and
-      the count divides the batch; else 1.
+    - `devices="auto"`: both devices once seeds x num_envs gives each MIN_ENVS_PER_CPU_DEVICE environments, or
+      a learner without replay MIN_SAMPLES_PER_CPU_DEVICE samples of each iteration's rollout, and the count
+      divides the batch; else 1.
     - On the 2 devices (shard_map, collectives over the mesh) PPO (2 epochs x 2 minibatches, with shuffling)
       equals the same data-parallel program emulated on one device (2 devices as a named vmap axis, the same
       per-device keys) to rtol 1e-5: metrics and parameters, finite parameters equal on both devices, metrics per

@@ -26,6 +26,7 @@ from flax import struct
 
 from jaxrl import _compat, config_rules, envs, field_rules, parallel
 from jaxrl.config_rules import recurrent  # noqa: F401 (re-exported for the algorithms)
+from jaxrl.device_rules import MIN_ENVS_PER_CPU_DEVICE, MIN_SAMPLES_PER_CPU_DEVICE, cpu_data_parallel_pays  # noqa: F401
 from jaxrl.envs import check_env_id
 from jaxrl.field_rules import check  # noqa: F401 (the validators' `check`, re-exported)
 
@@ -166,20 +167,17 @@ def data_parallel_config(config, devices):
     return mesh, local
 
 
-# the smallest batch per device (seeds x num_envs / D) at which data parallelism pays on a CPU
-# (PPO CartPole, 2 CPU devices against 1: 0.88x at 32 envs each, 1.06x at 128, 1.53x at 512;
-# benchmarks/results/scaling_crossover_*.md); an accelerator's device takes any batch
-MIN_ENVS_PER_CPU_DEVICE = 256
-
-
 def auto_devices(config, seeds: int = 1) -> int:
     """The device count `devices="auto"` trains `config` on: every local device when the algorithm is
-    data-parallel, the device count divides its batch and, on a CPU, each device gets at least
-    `MIN_ENVS_PER_CPU_DEVICE` of the seeds x num_envs environments; otherwise 1."""
+    data-parallel, the device count divides its batch and, on a CPU, each device gets enough of it
+    (`device_rules.cpu_data_parallel_pays`: `MIN_ENVS_PER_CPU_DEVICE` of the seeds x num_envs environments, or
+    `MIN_SAMPLES_PER_CPU_DEVICE` samples of an iteration's rollout); otherwise 1. An accelerator's device takes
+    any batch."""
     count = jax.local_device_count()
     if count == 1 or jax.process_count() > 1:
         return 1 if jax.process_count() == 1 else jax.device_count()
-    if jax.default_backend() == "cpu" and seeds * getattr(config, "num_envs", 0) < count * MIN_ENVS_PER_CPU_DEVICE:
+    samples = getattr(config, "env_steps_per_iteration", 0)
+    if jax.default_backend() == "cpu" and not cpu_data_parallel_pays(config, seeds, count, samples):
         return 1
     try:
         data_parallel_config(config, count)

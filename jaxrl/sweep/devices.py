@@ -13,7 +13,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxrl import _compat
-from jaxrl.device_rules import DEVICE_COUNT_FLAG, usable_cores
+from jaxrl.device_rules import DEVICE_COUNT_FLAG, cpu_data_parallel_pays, rollout_samples, usable_cores
 
 AXIS = "batch"
 
@@ -103,18 +103,23 @@ SMALL_RUN_ENVS = 32  # seeds x num_envs of a run small enough for one CPU thread
 SMALL_RUN_UNITS = 128  # the widest MLP layer of such a run
 
 
-def auto_cpu_threads(config, seeds: int) -> int | None:
+def auto_cpu_threads(config, seeds: int, cores: int | None = None, time_limit: int | None = None) -> int | None:
     """The CPU thread pool `jaxrl train` starts a run with: 1 for a small run (an MLP torso without a memory
     core, at most `SMALL_RUN_UNITS` units a layer, at most `SMALL_RUN_ENVS` envs over all seeds), which hands its
     small operations between threads at a loss (`use_cpu_threads`); None, XLA's default of one thread per core,
-    for any other (image torsos, cores, larger batches)."""
+    for any other (image torsos, cores, larger batches), and for a run whose update over each iteration's rollout
+    is large enough to go data-parallel over the `cores` CPU devices (default: the cores this process may use;
+    `device_rules.cpu_data_parallel_pays`; `time_limit`: the env's, for a grouped learner's whole episodes). It
+    starts nothing of JAX."""
     small = (
         getattr(config, "torso", "mlp") == "mlp"
         and getattr(config, "core", "none") in (None, "none")
         and max(getattr(config, "hidden_sizes", ()) or (0,)) <= SMALL_RUN_UNITS
         and seeds * config.num_envs <= SMALL_RUN_ENVS
     )
-    return 1 if small else None
+    cores = usable_cores() if cores is None else cores
+    parallel = cores > 1 and cpu_data_parallel_pays(config, seeds, cores, rollout_samples(config, time_limit))
+    return 1 if small and not parallel else None
 
 
 def initialize_distributed(
