@@ -217,7 +217,9 @@ def test_grpo_takes_a_large_minibatch_gradient_in_chunks_weighted_by_its_mask(mo
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env, devices", [("CartPole-v1", 1), ("Pendulum-v1", 1), ("CartPole-v1", 2)])
+@pytest.mark.parametrize(  # one device on CartPole is the two devices' case less the devices: extended tier
+    "env, devices", [pytest.param("CartPole-v1", 1, marks=pytest.mark.extended), ("Pendulum-v1", 1), ("CartPole-v1", 2)]
+)
 def test_vmpo_takes_a_large_minibatch_gradient_in_chunks_after_its_e_step_over_the_whole_minibatch(
     env, devices, monkeypatch
 ):
@@ -261,7 +263,7 @@ def test_vmpo_takes_a_large_minibatch_gradient_in_chunks_after_its_e_step_over_t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("env", [pytest.param("CartPole-v1", marks=pytest.mark.extended), "Pendulum-v1"])
 def test_trpo_takes_its_policy_step_and_value_regression_over_chunks_of_a_large_batch(env, monkeypatch):
     """TRPO's batch of 256 samples taken in chunks of 30 (and one of 16) for the surrogate's gradient, every
     Fisher-vector product of the conjugate gradient and the line search's KL and surrogate, and its value
@@ -321,3 +323,26 @@ def test_dpo_takes_a_large_batch_gradient_in_two_passes_over_chunks(monkeypatch)
         np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
     moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params, state.params)
     assert max(jax.tree.leaves(moved)) > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunks", [False, True])
+def test_dpo_margins_are_exactly_zero_while_the_policy_is_its_reference(monkeypatch, chunks):
+    """At the first update the moving reference is the policy itself, so every implicit reward margin
+    h = beta (log pi(y_w)/pi_ref(y_w) - log pi(y_l)/pi_ref(y_l)) is exactly 0, none counts as ranked right, and
+    the reported accuracy is 0, not the sign of rounding noise: the chunked update computes log pi_ref(y) as it
+    computes log pi(y)."""
+    from jaxrl.algos import dpo
+
+    if chunks:
+        monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 500)
+        monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 100)
+    config = dpo.Config(horizon=32, total_timesteps=32 * 32, update_epochs=1)
+    setup = dpo.setup(config)
+    state = jax.jit(lambda key: dpo.init(setup, config, key))(jax.random.key(9))
+    assert dpo.takes_chunks((32, 32)) == chunks
+    state, metrics = jax.jit(lambda s: dpo.update(setup, config, s))(state)
+    assert float(metrics["pair_fraction"]) > 0.0
+    assert float(metrics["reward_margin"]) == 0.0 and float(metrics["log_ratio"]) == 0.0
+    assert float(metrics["reward_accuracy"]) == 0.0
+    assert float(metrics["dpo_loss"]) == pytest.approx(np.log(2.0), rel=1e-6)  # -log sigmoid(0)

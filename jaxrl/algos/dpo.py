@@ -133,6 +133,12 @@ def step_log_probs(network: ActorCritic, params, obs: jax.Array, actions: jax.Ar
     return jax.lax.platform_dependent(obs, actions, cpu=in_chunks, default=log_prob)
 
 
+def takes_chunks(steps: tuple[int, int]) -> bool:
+    """Whether an update over a batch of [T, N] `steps` takes its gradient in two passes over chunks
+    (`chunked_grad`): above `minibatch.GRADIENT_CHUNKS_FROM` steps."""
+    return steps[0] * steps[1] > minibatches.GRADIENT_CHUNKS_FROM
+
+
 def chunked_grad(network: ActorCritic, config: Config):
     """`grad(params, batch) -> (grads, stats)` of `loss_fn` in two passes over chunks of the batch. With
     c_n = dL_DPO / d log pi(y_n) from the members' log pi(y) (`step_log_probs`), the chain rule gives
@@ -190,6 +196,8 @@ def collect(setup: Setup, config: Config, state: TrainState, key: jax.Array):
     traj, mask, trunk, metrics = grouped.collect_groups(setup, config, act, state.trunk, key)
     if config.reference == "behaviour":
         ref_log_prob = traj.log_probs  # stored at collection time by the policy at state.params
+    elif takes_chunks(traj.actions.shape[:2]):  # as chunked_grad computes log pi(y): pi = pi_ref gives margins of 0
+        ref_log_prob = step_log_probs(network, state.ref_params, traj.obs, traj.actions)
     else:
         ref_log_prob = policy_of(network, state.ref_params)(traj.obs).log_prob(traj.actions)
     batch = pairs_batch(config, traj.obs, traj.actions, traj.rewards, mask, ref_log_prob)
@@ -204,7 +212,7 @@ def update(setup: Setup, config: Config, state: TrainState) -> tuple[TrainState,
     batch, trunk, metrics = collect(setup, config, state, collect_key)
     optimizer = ac.make_optimizer(config)
     grad_fn = jax.grad(lambda p: loss_fn(p, network, config, batch), has_aux=True)
-    if batch["mask"].size > minibatches.GRADIENT_CHUNKS_FROM:
+    if takes_chunks(batch["mask"].shape):
         grad_fn = functools.partial(chunked_grad(network, config), batch=batch)
 
     def step(carry, _):
