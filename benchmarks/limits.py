@@ -53,6 +53,7 @@ from jaxrl import rollout as rollout_lib
 from jaxrl.algos import dqn, ppo
 from jaxrl.algos.base import train as base_train
 from jaxrl.algos.families import actor_critic, q_learning
+from jaxrl.sweep.devices import use_cpu_threads
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "limits")
 DQN_CONFIG = dict(
@@ -737,7 +738,9 @@ def markdown(rows: list[dict], record: dict) -> str:
         "# Where one device's time goes (`python -m benchmarks.limits`)",
         "",
         f"jaxrl at {record['commit']}, {record['machine']['processor']}, {record['machine']['cpu_count']} CPUs, "
-        f"XLA_FLAGS={record['xla_flags']!r}, load before {record['load_before']}, after {record['load_after']}.",
+        f"XLA_FLAGS={record['xla_flags']!r}, "
+        f"{record.get('cpu_threads') or 'one per core (the default)'} CPU thread(s) in XLA's pool, "
+        f"load before {record['load_before']}, after {record['load_after']}.",
     ]
     if of("a"):
         out += table(
@@ -827,7 +830,16 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument("--sections", default="abcdefg", help="which of the sections a-g to run (default: all)")
+    parser.add_argument(
+        "--cpu-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="XLA's CPU thread pool of N threads (default: one a core)",
+    )
     args = parser.parse_args(argv)
+    if args.cpu_threads is not None:
+        use_cpu_threads(args.cpu_threads)  # before any JAX operation
     scale = 0.2 if args.quick else 1.0
     key = jax.random.key(0)
     load_before = os.getloadavg()
@@ -855,6 +867,7 @@ def main(argv=None) -> None:
         "commit": commit,
         "machine": machine(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "cpu_threads": args.cpu_threads,
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "rows": rows,

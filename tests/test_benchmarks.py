@@ -220,6 +220,7 @@ def test_limits_cuts_alternate_a_b_b_a_and_compare_the_best_runs(monkeypatch):
         },
     )
     assert "## (e)" in text and "## (a)" not in text and "| case | 1000000.0 | 500000.0 | 0.50 |" in text
+    assert "one per core (the default) CPU thread(s)" in text
 
 
 def test_purejaxrl_side_by_side_pairs_each_jaxrl_run_with_that_rounds_peer_run():
