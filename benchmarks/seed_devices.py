@@ -119,6 +119,45 @@ def train(arguments: str, flags: str, folder: Path, processes: int = 1) -> dict:
     }
 
 
+def alternate(cases: dict[str, str], layouts: dict[str, str], rounds: int, run=train, processes=None) -> dict:
+    """Every case's `jaxrl train ARGUMENTS` (`cases`: name -> arguments) under each layout (`layouts`: name -> its
+    flags) `rounds` times, the layouts forward in even rounds and backward in odd ones (ABBA), each by `run` (default
+    `train`) over `processes[layout]` processes (default 1). Returns the result file's record: the date, the
+    machine, the load before and after, the cases, the layouts and the runs ({case: {layout: [a result per round]}})."""
+    load_before = os.getloadavg()
+    runs: dict[str, dict[str, list[dict]]] = {case: {layout: [] for layout in layouts} for case in cases}
+    with tempfile.TemporaryDirectory() as tmp:
+        for case, arguments in cases.items():
+            for round_ in range(rounds):
+                for layout in list(layouts)[:: 1 if round_ % 2 == 0 else -1]:
+                    count = (processes or {}).get(layout, 1)
+                    runs[case][layout].append(run(arguments, layouts[layout], Path(tmp), count))
+                    print(case, layout, runs[case][layout][-1], flush=True)
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "rounds": rounds,
+        "cases": {case: f"jaxrl train {arguments}" for case, arguments in cases.items()},
+        "layouts": layouts,
+        "runs": runs,
+    }
+
+
+def header(title: str, record: dict) -> list[str]:
+    """A result table's heading lines: `title`, then the machine, the load and the rounds of `alternate`'s
+    `record`."""
+    return [
+        f"# {title}",
+        "",
+        f"{record['machine']['processor']}, {record['machine']['cpu_count']} CPUs; load before "
+        f"{record['load_before']}, after {record['load_after']}; {record['rounds']} round(s), ABBA; each a whole "
+        "`jaxrl train` process.",
+        "",
+    ]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
@@ -129,33 +168,13 @@ def main(argv=None) -> None:
     parser.add_argument("--processes", action="store_true", help="also the seeds split over 2 processes")
     args = parser.parse_args(argv)
     chosen = layouts(args.device_independent, args.processes)
-    load_before = os.getloadavg()
-    runs: dict[str, dict[str, list[dict]]] = {case: {layout: [] for layout in chosen} for case in args.cases}
-    with tempfile.TemporaryDirectory() as tmp:
-        for case in args.cases:
-            for round_ in range(args.rounds):
-                for layout in list(chosen)[:: 1 if round_ % 2 == 0 else -1]:
-                    processes = 2 if layout.startswith((PROCESSES, PROCESSES_ENVS)) else 1
-                    runs[case][layout].append(train(CASES[case], chosen[layout], Path(tmp), processes))
-                    print(case, layout, runs[case][layout][-1], flush=True)
-    record = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
-        "cases": {case: f"jaxrl train {CASES[case]}" for case in args.cases},
-        "layouts": chosen,
-        "runs": runs,
-    }
+    processes = {layout: 2 if layout.startswith((PROCESSES, PROCESSES_ENVS)) else 1 for layout in chosen}
+    record = alternate({case: CASES[case] for case in args.cases}, chosen, args.rounds, train, processes)
+    runs = record["runs"]
     name = args.out or "seed_devices" + (f"_{args.tag}" if args.tag else "")
     write_json(RESULTS / f"{name}.json", record)
     lines = [
-        "# Seeds split over the CPU devices against one device (`python -m benchmarks.seed_devices`)",
-        "",
-        f"{record['machine']['processor']}, {record['machine']['cpu_count']} CPUs; load before "
-        f"{record['load_before']}, after {record['load_after']}; {args.rounds} round(s), ABBA; each a whole "
-        "`jaxrl train` process.",
-        "",
+        *header("Seeds split over the CPU devices against one device (`python -m benchmarks.seed_devices`)", record),
         "| case | layout | env steps/s | split / one device, per round | without / with the simplifier, per round "
         "| compile s | wall s | final return |",
         "|---|---|---|---|---|---|---|---|",

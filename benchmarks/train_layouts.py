@@ -14,14 +14,10 @@ Output: a table, and `benchmarks/results/NAME.{json,md}` (default `train_layouts
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
 import statistics
-import tempfile
-from pathlib import Path
 
-from benchmarks.common import machine, write_json
-from benchmarks.seed_devices import RESULTS, train
+from benchmarks.common import write_json
+from benchmarks.seed_devices import RESULTS, alternate, header, train
 
 # name: `jaxrl train` arguments; samples an iteration = num_envs x num_steps (GRPO, DPO: 32 members x 500 steps)
 CASES = {
@@ -41,31 +37,11 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default="train_layouts")
     args = parser.parse_args(argv)
-    load_before = os.getloadavg()
-    runs: dict[str, dict[str, list[dict]]] = {case: {layout: [] for layout in LAYOUTS} for case in args.cases}
-    with tempfile.TemporaryDirectory() as tmp:
-        for case in args.cases:
-            for round_ in range(args.rounds):
-                for layout in list(LAYOUTS)[:: 1 if round_ % 2 == 0 else -1]:
-                    runs[case][layout].append(train(CASES[case], LAYOUTS[layout], Path(tmp)))
-                    print(case, layout, runs[case][layout][-1], flush=True)
-    record = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "load_before": [round(x, 2) for x in load_before],
-        "load_after": [round(x, 2) for x in os.getloadavg()],
-        "cases": {case: f"jaxrl train {CASES[case]}" for case in args.cases},
-        "layouts": LAYOUTS,
-        "runs": runs,
-    }
+    record = alternate({case: CASES[case] for case in args.cases}, LAYOUTS, args.rounds, train)
+    runs = record["runs"]
     write_json(RESULTS / f"{args.out}.json", record)
     lines = [
-        "# `jaxrl train --devices auto` against `--devices 1` (`python -m benchmarks.train_layouts`)",
-        "",
-        f"{record['machine']['processor']}, {record['machine']['cpu_count']} CPUs; load before "
-        f"{record['load_before']}, after {record['load_after']}; {args.rounds} round(s), ABBA; each a whole "
-        "`jaxrl train` process.",
-        "",
+        *header("`jaxrl train --devices auto` against `--devices 1` (`python -m benchmarks.train_layouts`)", record),
         "| case | devices auto took | env steps/s, auto | one device | auto / one device, per round "
         "| compile s, auto | one device | final return, auto | one device |",
         "|---|---|---|---|---|---|---|---|---|",
