@@ -22,6 +22,30 @@ def _regression_grad(params, batch):
     return jax.grad(loss, has_aux=True)(params)
 
 
+def _init_and_update(algo, config, seed: int):
+    """(setup, the state `algo.init` makes under key `seed`, update(state) -> (state, metrics)), the update traced
+    afresh on every call: jit and make_jaxpr cache a function's trace, and the chunk sizes are read when it is
+    traced."""
+    setup = algo.setup(config)
+    state = jax.jit(lambda key: algo.init(setup, config, key))(jax.random.key(seed))
+
+    def update(s):
+        return jax.jit(lambda s: algo.update(setup, config, s))(s)
+
+    return setup, state, update
+
+
+def _chunks(monkeypatch, above: int, rows: int) -> None:
+    """Gradients in chunks of `rows` samples for batches of more than `above` samples."""
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", above)
+    monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", rows)
+
+
+def _largest_move(new, old) -> float:
+    """The largest change of any parameter between two parameter trees."""
+    return max(jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), new, old)))
+
+
 @pytest.mark.parametrize("size, rows", [(96, 32), (100, 32), (20, 32)])
 def test_gradient_in_chunks_is_the_mean_over_the_whole_minibatch(size, rows):
     """Chunks of `rows` samples (and a shorter one for the rest, or none at all under `rows`) give the whole
@@ -49,25 +73,18 @@ def test_a_large_minibatch_gradient_in_chunks_with_the_advantages_normalised_ove
     config = algo.Config(num_envs=16, num_steps=16, total_timesteps=16 * 16 * 2, update_epochs=2, num_minibatches=2)
     if name == "impala":
         config = config.replace(normalize_advantages=True)
-    setup = algo.setup(config)
-    state = jax.jit(lambda key: algo.init(setup, config, key))(jax.random.key(3))
-
-    def updated():
-        return jax.jit(lambda s: algo.update(setup, config, s))(state)
-
-    whole, whole_metrics = updated()
-    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 64)
-    monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 48)
-    chunked, chunked_metrics = updated()
-    assert _scans_of_length(lambda s: algo.update(setup, config, s), 128 // 48, state)  # the chunks' scan
+    _, state, update = _init_and_update(algo, config, 3)
+    whole, whole_metrics = update(state)
+    _chunks(monkeypatch, 64, 48)
+    chunked, chunked_metrics = update(state)
+    assert _scans_of_length(update, 128 // 48, state)  # the chunks' scan
     assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
     for stat in ("policy_loss", "value_loss", "entropy"):
         np.testing.assert_allclose(chunked_metrics[stat], whole_metrics[stat], rtol=1e-4, atol=1e-6)
-    moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params, state.params)
-    assert max(jax.tree.leaves(moved)) > 1e-3  # the update moved the parameters by far more than the tolerance
+    assert _largest_move(whole.params, state.params) > 1e-3  # by far more than the tolerance
 
     monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 128)
-    again, _ = updated()
+    again, _ = update(state)
     assert_trees_close(again.params, whole.params, rtol=0, atol=0)
 
 
@@ -148,8 +165,7 @@ def test_recurrent_ppo_takes_a_large_minibatch_gradient_in_chunks_of_whole_seque
     assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
     for name in ("policy_loss", "value_loss", "entropy", "approx_kl"):
         np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
-    moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params, state.params)
-    assert max(jax.tree.leaves(moved)) > 1e-3
+    assert _largest_move(whole.params, state.params) > 1e-3
 
     monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 80)
     again, _ = update(state)
@@ -165,24 +181,17 @@ def test_reinforce_takes_a_large_masked_batch_gradient_in_chunks_weighted_by_its
     from jaxrl.algos import reinforce
 
     config = reinforce.Config(num_envs=8, num_steps=64, total_timesteps=8 * 64, whole_episodes=True)
-    setup = reinforce.setup(config)
-    state = jax.jit(lambda key: reinforce.init(setup, config, key))(jax.random.key(5))
-
-    def update(s):  # traced afresh on every call
-        return jax.jit(lambda s: reinforce.update(setup, config, s))(s)
-
+    _, state, update = _init_and_update(reinforce, config, 5)
     whole, whole_metrics = update(state)
     assert not _scans_of_length(update, 512 // 100, state)
     assert 0.05 < float(whole_metrics["valid_fraction"]) < 0.95  # some steps are masked out, some are not
-    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 256)
-    monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 100)
+    _chunks(monkeypatch, 256, 100)
     chunked, chunked_metrics = update(state)
     assert _scans_of_length(update, 512 // 100, state)
     assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
     for name in ("policy_loss", "value_loss", "entropy", "kl"):
         np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
-    moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params, state.params)
-    assert max(jax.tree.leaves(moved)) > 1e-3
+    assert _largest_move(whole.params, state.params) > 1e-3
 
 
 @pytest.mark.slow
@@ -193,18 +202,12 @@ def test_grpo_takes_a_large_minibatch_gradient_in_chunks_weighted_by_its_mask(mo
     from jaxrl.algos import grpo
 
     config = grpo.Config(kl_reference="initial", update_epochs=2, num_minibatches=2)
-    setup = grpo.setup(config)
-    state = jax.jit(lambda key: grpo.init(setup, config, key))(jax.random.key(6))
-
-    def update(s):  # traced afresh on every call
-        return jax.jit(lambda s: grpo.update(setup, config, s))(s)
-
+    setup, state, update = _init_and_update(grpo, config, 6)
     batch = jax.eval_shape(lambda s, k: grpo.collect(setup, config, s, k)[0], state, jax.random.key(0))
     samples = math.prod(batch["mask"].shape) // config.num_minibatches
     whole, whole_metrics = update(state)
     assert not _scans_of_length(update, samples // 50, state)
-    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", samples - 1)
-    monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 50)
+    _chunks(monkeypatch, samples - 1, 50)
     chunked, chunked_metrics = update(state)
     assert _scans_of_length(update, samples // 50, state)
     mask = jax.jit(lambda s: grpo.collect(setup, config, s, jax.random.split(s.key, 4)[1])[0]["mask"])(state)
@@ -212,8 +215,7 @@ def test_grpo_takes_a_large_minibatch_gradient_in_chunks_weighted_by_its_mask(mo
     assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
     for name in ("policy_loss", "entropy", "approx_kl", "kl_ref"):
         np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
-    moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params, state.params)
-    assert max(jax.tree.leaves(moved)) > 1e-3
+    assert _largest_move(whole.params, state.params) > 1e-3
 
 
 @pytest.mark.slow
@@ -249,8 +251,7 @@ def test_vmpo_takes_a_large_minibatch_gradient_in_chunks_after_its_e_step_over_t
 
     whole, whole_metrics = update(state)
     assert not _scans_of_length(update, 128 // 30, state)
-    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 64)
-    monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 30)
+    _chunks(monkeypatch, 64, 30)
     chunked, chunked_metrics = update(state)
     assert _scans_of_length(update, 128 // 30, state)
     assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
@@ -258,8 +259,7 @@ def test_vmpo_takes_a_large_minibatch_gradient_in_chunks_after_its_e_step_over_t
     for name in ("policy_loss", "temperature_loss", "alpha_loss", "value_loss", "entropy", "kl", "temperature"):
         np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
     for part in ("params", "duals"):
-        moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params[part], state.params[part])
-        assert max(jax.tree.leaves(moved)) > 1e-3  # both moved by far more than the tolerance
+        assert _largest_move(whole.params[part], state.params[part]) > 1e-3  # both moved by far more than the tolerance
 
 
 @pytest.mark.slow
@@ -272,16 +272,10 @@ def test_trpo_takes_its_policy_step_and_value_regression_over_chunks_of_a_large_
     from jaxrl.algos import trpo
 
     config = trpo.Config(env=env, num_envs=16, num_steps=16, total_timesteps=16 * 16 * 2, vf_minibatches=2)
-    setup = trpo.setup(config)
-    state = jax.jit(lambda key: trpo.init(setup, config, key))(jax.random.key(8))
-
-    def update(s):  # traced afresh on every call
-        return jax.jit(lambda s: trpo.update(setup, config, s))(s)
-
+    _, state, update = _init_and_update(trpo, config, 8)
     whole, whole_metrics = update(state)
     assert not _scans_of_length(update, 256 // 30, state)
-    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 100)
-    monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 30)
+    _chunks(monkeypatch, 100, 30)
     chunked, chunked_metrics = update(state)
     assert _scans_of_length(update, 256 // 30, state)  # the policy step's
     assert _scans_of_length(update, 128 // 30, state)  # the value regression's
@@ -290,8 +284,7 @@ def test_trpo_takes_its_policy_step_and_value_regression_over_chunks_of_a_large_
     for name in ("kl", "step_fraction", "surrogate_improvement", "expected_improvement", "entropy", "value_loss"):
         np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-3, atol=1e-6)
     for new, old in zip(trpo.split_params(whole.params), trpo.split_params(state.params), strict=True):
-        moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), new, old)
-        assert max(jax.tree.leaves(moved)) > 1e-3  # the actor and the critic moved by far more than the tolerance
+        assert _largest_move(new, old) > 1e-3  # the actor and the critic moved by far more than the tolerance
 
 
 @pytest.mark.slow
@@ -303,17 +296,11 @@ def test_dpo_takes_a_large_batch_gradient_in_two_passes_over_chunks(monkeypatch)
     from jaxrl.algos import dpo
 
     config = dpo.Config(horizon=32, total_timesteps=32 * 32, update_epochs=2, ent_coef=1.0)
-    setup = dpo.setup(config)
-    state = jax.jit(lambda key: dpo.init(setup, config, key))(jax.random.key(9))
-
-    def update(s):  # traced afresh on every call
-        return jax.jit(lambda s: dpo.update(setup, config, s))(s)
-
+    _, state, update = _init_and_update(dpo, config, 9)
     whole, whole_metrics = update(state)
     assert not _scans_of_length(update, 1024 // 100, state)
     assert 0.0 < float(whole_metrics["pair_fraction"]) and 0.0 < float(whole_metrics["dpo_loss"])
-    monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 500)
-    monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 100)
+    _chunks(monkeypatch, 500, 100)
     chunked, chunked_metrics = update(state)
     assert _scans_of_length(update, 1024 // 100, state)  # the gradient's chunks
     assert _scans_of_length(update, 32 // 3, state)  # log pi(y)'s chunks of 3 time steps
@@ -321,8 +308,7 @@ def test_dpo_takes_a_large_batch_gradient_in_two_passes_over_chunks(monkeypatch)
     assert set(chunked_metrics) == set(whole_metrics)
     for name in ("dpo_loss", "reward_accuracy", "reward_margin", "log_ratio", "entropy"):
         np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
-    moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), whole.params, state.params)
-    assert max(jax.tree.leaves(moved)) > 1e-3
+    assert _largest_move(whole.params, state.params) > 1e-3
 
 
 @pytest.mark.slow
@@ -335,13 +321,11 @@ def test_dpo_margins_are_exactly_zero_while_the_policy_is_its_reference(monkeypa
     from jaxrl.algos import dpo
 
     if chunks:
-        monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 500)
-        monkeypatch.setattr(minibatch, "GRADIENT_CHUNK_ROWS", 100)
+        _chunks(monkeypatch, 500, 100)
     config = dpo.Config(horizon=32, total_timesteps=32 * 32, update_epochs=1)
-    setup = dpo.setup(config)
-    state = jax.jit(lambda key: dpo.init(setup, config, key))(jax.random.key(9))
+    _, state, update = _init_and_update(dpo, config, 9)
     assert dpo.takes_chunks((32, 32)) == chunks
-    state, metrics = jax.jit(lambda s: dpo.update(setup, config, s))(state)
+    state, metrics = update(state)
     assert float(metrics["pair_fraction"]) > 0.0
     assert float(metrics["reward_margin"]) == 0.0 and float(metrics["log_ratio"]) == 0.0
     assert float(metrics["reward_accuracy"]) == 0.0
