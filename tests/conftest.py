@@ -68,10 +68,20 @@ def _extended_wanted(config) -> bool:
     return config.getoption("--extended") or EXTENDED in (config.getoption("markexpr") or "")
 
 
+def _shared_fixture_module(item) -> str | None:
+    """The test module's name when the item uses a module-scoped fixture of its module (a compiled program, a
+    training run); else None."""
+    for defs in item._fixtureinfo.name2fixturedefs.values():
+        if any(d.scope != "function" and d.baseid.endswith(".py") for d in defs):
+            return item.module.__name__
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Extended-tier tests are slow tests too (the quick tier never holds them); they run with `--extended`, with
-    `-m` naming the marker, or when the command line names their file or themselves."""
+    `-m` naming the marker, or when the command line names their file or themselves. The tests that share a
+    module's fixtures form one xdist group."""
     wanted = _extended_wanted(config)
     kept, left = [], []
     for item in items:
@@ -82,6 +92,12 @@ def pytest_collection_modifyitems(config, items):
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
+    # `--dist loadgroup` (scripts/test.sh) sends the tests that share a module's fixtures to one worker, which
+    # computes them once; with plain `--dist load` each worker that gets one of them computes them again
+    for item in items:
+        module = _shared_fixture_module(item)
+        if module is not None:
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 def pytest_terminal_summary(terminalreporter, config):

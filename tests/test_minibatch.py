@@ -63,7 +63,9 @@ def test_gradient_in_chunks_is_the_mean_over_the_whole_minibatch(size, rows):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["ppo", "impala"])
+@pytest.mark.parametrize(  # IMPALA passes the epochs PPO's two functions of its own: extended tier
+    "name", ["ppo", pytest.param("impala", marks=pytest.mark.extended)]
+)
 def test_a_large_minibatch_gradient_in_chunks_with_the_advantages_normalised_over_it(name, monkeypatch):
     """PPO's and IMPALA's updates with their minibatches of 128 samples taken in chunks of 48 (and one of 32) train
     to the parameters of the updates without chunks, to float32 rounding: the advantages are normalised over the
