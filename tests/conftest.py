@@ -80,8 +80,7 @@ def _shared_fixture_module(item) -> str | None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Extended-tier tests are slow tests too (the quick tier never holds them); they run with `--extended`, with
-    `-m` naming the marker, or when the command line names their file or themselves. The tests that share a
-    module's fixtures form one xdist group."""
+    `-m` naming the marker, or when the command line names their file or themselves."""
     wanted = _extended_wanted(config)
     kept, left = [], []
     for item in items:
@@ -92,12 +91,15 @@ def pytest_collection_modifyitems(config, items):
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
-    # `--dist loadgroup` (scripts/test.sh) sends the tests that share a module's fixtures to one worker, which
-    # computes them once; with plain `--dist load` each worker that gets one of them computes them again
-    for item in items:
-        module = _shared_fixture_module(item)
-        if module is not None:
-            item.add_marker(pytest.mark.xdist_group(module))
+
+
+def pytest_itemcollected(item):
+    """`--dist loadgroup` (scripts/test.sh) sends the tests that share a module's fixtures to one worker, which
+    computes them once; with plain `--dist load` each worker that gets one of them computes them again. (Marked
+    as each test is collected: pytest-xdist reads the groups in its own `pytest_collection_modifyitems`.)"""
+    module = _shared_fixture_module(item)
+    if module is not None:
+        item.add_marker(pytest.mark.xdist_group(module))
 
 
 def pytest_terminal_summary(terminalreporter, config):
