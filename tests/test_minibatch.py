@@ -63,7 +63,7 @@ def test_gradient_in_chunks_is_the_mean_over_the_whole_minibatch(size, rows):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(  # IMPALA passes the epochs PPO's two functions of its own: extended tier
+@pytest.mark.parametrize(  # PPO's case covers the shared epochs; IMPALA's own two functions: extended tier
     "name", ["ppo", pytest.param("impala", marks=pytest.mark.extended)]
 )
 def test_a_large_minibatch_gradient_in_chunks_with_the_advantages_normalised_over_it(name, monkeypatch):
