@@ -71,7 +71,8 @@ def _extended_wanted(config) -> bool:
 def _shared_fixture_module(item) -> str | None:
     """The test module's name when the item uses a module-scoped fixture of its module (a compiled program, a
     training run); else None."""
-    for defs in item._fixtureinfo.name2fixturedefs.values():
+    info = getattr(item, "_fixtureinfo", None)  # test functions have one; other items share no fixtures
+    for defs in info.name2fixturedefs.values() if info is not None else ():
         if any(d.scope != "function" and d.baseid.endswith(".py") for d in defs):
             return item.module.__name__
     return None
