@@ -28,9 +28,10 @@ def test_each_episode_counted_once_from_reset_to_its_end():
     env = envs.make("CartPole-v1", 8)
     reset_key, run_key = jax.random.split(jax.random.key(0))
     obs, state = env.reset(reset_key)
+    step = jax.jit(env.step)  # one program for the 40 calls (called eagerly, each call compiles its conds again)
     lengths, alive = np.zeros(8, int), np.ones(8, bool)
     for keys in jax.random.split(run_key, (40, 2)):
-        obs, state, _, terminated, truncated, _ = env.step(keys[1], state, jnp.zeros(8, jnp.int32))
+        obs, state, _, terminated, truncated, _ = step(keys[1], state, jnp.zeros(8, jnp.int32))
         lengths += alive
         alive &= ~np.asarray(terminated | truncated)
     np.testing.assert_array_equal(out["lengths"], lengths)

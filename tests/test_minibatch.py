@@ -22,17 +22,25 @@ def _regression_grad(params, batch):
     return jax.grad(loss, has_aux=True)(params)
 
 
+def _traced_afresh(fn):
+    """`call(*args)`: `jax.jit(fn)(*args)` traced afresh on every call (jit and make_jaxpr cache a function's
+    trace, and the chunk sizes are read when it is traced); `call.jaxpr` is the program its last call ran."""
+
+    def call(*args):
+        traced = jax.jit(lambda *a: fn(*a)).trace(*args)
+        call.jaxpr = traced.jaxpr
+        return traced.lower().compile()(*args)
+
+    call.fn = fn
+    return call
+
+
 def _init_and_update(algo, config, seed: int):
-    """(setup, the state `algo.init` makes under key `seed`, update(state) -> (state, metrics)), the update traced
-    afresh on every call: jit and make_jaxpr cache a function's trace, and the chunk sizes are read when it is
-    traced."""
+    """(setup, the state `algo.init` makes under key `seed`, update(state) -> (state, metrics), traced afresh on
+    every call, with `update.jaxpr` the program of its last call)."""
     setup = algo.setup(config)
     state = jax.jit(lambda key: algo.init(setup, config, key))(jax.random.key(seed))
-
-    def update(s):
-        return jax.jit(lambda s: algo.update(setup, config, s))(s)
-
-    return setup, state, update
+    return setup, state, _traced_afresh(lambda s: algo.update(setup, config, s))
 
 
 def _chunks(monkeypatch, above: int, rows: int) -> None:
@@ -77,17 +85,17 @@ def test_a_large_minibatch_gradient_in_chunks_with_the_advantages_normalised_ove
         config = config.replace(normalize_advantages=True)
     _, state, update = _init_and_update(algo, config, 3)
     whole, whole_metrics = update(state)
+    whole_program = update.jaxpr
     _chunks(monkeypatch, 64, 48)
     chunked, chunked_metrics = update(state)
-    assert _scans_of_length(update, 128 // 48, state)  # the chunks' scan
+    assert _scans_in(update.jaxpr, 128 // 48)  # the chunks' scan
     assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
     for stat in ("policy_loss", "value_loss", "entropy"):
         np.testing.assert_allclose(chunked_metrics[stat], whole_metrics[stat], rtol=1e-4, atol=1e-6)
     assert _largest_move(whole.params, state.params) > 1e-3  # by far more than the tolerance
 
     monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 128)
-    again, _ = update(state)
-    assert_trees_close(again.params, whole.params, rtol=0, atol=0)
+    assert _same_program(update.fn, whole_program, state)
 
 
 def test_gradient_in_chunks_cuts_sequence_minibatches_into_whole_sequences():
@@ -122,9 +130,17 @@ def test_gradient_in_chunks_cuts_sequence_minibatches_into_whole_sequences():
 
 def _scans_of_length(fn, length, *args):
     """The scans of `length` steps in the program of `fn(*args)`, traced afresh (make_jaxpr caches by function)."""
-    return [
-        e for e in eqns_named(jax.make_jaxpr(lambda *a: fn(*a))(*args).jaxpr, "scan") if e.params["length"] == length
-    ]
+    return _scans_in(jax.make_jaxpr(lambda *a: fn(*a))(*args), length)
+
+
+def _scans_in(jaxpr, length):
+    """The scans of `length` steps in a program (a closed jaxpr)."""
+    return [e for e in eqns_named(jaxpr.jaxpr, "scan") if e.params["length"] == length]
+
+
+def _same_program(fn, jaxpr, *args) -> bool:
+    """Whether `fn(*args)`, traced afresh, is the program `jaxpr`: then it computes the same bits."""
+    return str(jax.make_jaxpr(lambda *a: fn(*a))(*args)) == str(jaxpr)
 
 
 def _while_loops_lowered_for(platform: str, fn, *args) -> int:
@@ -150,19 +166,18 @@ def test_recurrent_ppo_takes_a_large_minibatch_gradient_in_chunks_of_whole_seque
     setup = ppo.setup(local)
     state = jax.jit(jax.vmap(lambda key: ppo.init(setup, local, key)))(jax.random.split(jax.random.key(4), 2))
 
-    def update(s):  # traced afresh on every call, as jit and make_jaxpr cache a function's trace
-        two_devices = parallel.emulate(lambda s: ppo.update(setup, local, s), 2, in_axes=0, out_axes=0)
-        return jax.jit(two_devices)(s)
+    update = _traced_afresh(parallel.emulate(lambda s: ppo.update(setup, local, s), 2, in_axes=0, out_axes=0))
 
     def one_device(s):
-        return jax.jit(lambda s: ppo.update(setup, local, s))(s)
+        return ppo.update(setup, local, s)
 
     whole, whole_metrics = update(state)
-    assert not _scans_of_length(update, 3, state)
+    whole_program = update.jaxpr
+    assert not _scans_in(whole_program, 3)
     monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 32)
     monkeypatch.setattr(minibatch, "GRADIENT_SEQUENCE_CHUNK_SAMPLES", 3 * 8)
     chunked, chunked_metrics = update(state)
-    assert _scans_of_length(update, 10 // 3, state)  # the chunks' scan is in the program
+    assert _scans_in(update.jaxpr, 10 // 3)  # the chunks' scan is in the program
     assert not _scans_of_length(one_device, 10 // 3, index(state, 0))  # one device: the whole minibatch
     assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
     for name in ("policy_loss", "value_loss", "entropy", "approx_kl"):
@@ -170,8 +185,7 @@ def test_recurrent_ppo_takes_a_large_minibatch_gradient_in_chunks_of_whole_seque
     assert _largest_move(whole.params, state.params) > 1e-3
 
     monkeypatch.setattr(minibatch, "GRADIENT_CHUNKS_FROM", 80)
-    again, _ = update(state)
-    assert_trees_close(again.params, whole.params, rtol=0, atol=0)
+    assert _same_program(update.fn, whole_program, state)
 
 
 @pytest.mark.slow
@@ -185,11 +199,11 @@ def test_reinforce_takes_a_large_masked_batch_gradient_in_chunks_weighted_by_its
     config = reinforce.Config(num_envs=8, num_steps=64, total_timesteps=8 * 64, whole_episodes=True)
     _, state, update = _init_and_update(reinforce, config, 5)
     whole, whole_metrics = update(state)
-    assert not _scans_of_length(update, 512 // 100, state)
+    assert not _scans_in(update.jaxpr, 512 // 100)
     assert 0.05 < float(whole_metrics["valid_fraction"]) < 0.95  # some steps are masked out, some are not
     _chunks(monkeypatch, 256, 100)
     chunked, chunked_metrics = update(state)
-    assert _scans_of_length(update, 512 // 100, state)
+    assert _scans_in(update.jaxpr, 512 // 100)
     assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
     for name in ("policy_loss", "value_loss", "entropy", "kl"):
         np.testing.assert_allclose(chunked_metrics[name], whole_metrics[name], rtol=1e-4, atol=1e-6)
@@ -208,10 +222,10 @@ def test_grpo_takes_a_large_minibatch_gradient_in_chunks_weighted_by_its_mask(mo
     batch = jax.eval_shape(lambda s, k: grpo.collect(setup, config, s, k)[0], state, jax.random.key(0))
     samples = math.prod(batch["mask"].shape) // config.num_minibatches
     whole, whole_metrics = update(state)
-    assert not _scans_of_length(update, samples // 50, state)
+    assert not _scans_in(update.jaxpr, samples // 50)
     _chunks(monkeypatch, samples - 1, 50)
     chunked, chunked_metrics = update(state)
-    assert _scans_of_length(update, samples // 50, state)
+    assert _scans_in(update.jaxpr, samples // 50)
     mask = jax.jit(lambda s: grpo.collect(setup, config, s, jax.random.split(s.key, 4)[1])[0]["mask"])(state)
     assert 0.01 < float(mask.mean()) < 0.95  # some steps are masked out, some are not
     assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
@@ -246,16 +260,18 @@ def test_vmpo_takes_a_large_minibatch_gradient_in_chunks_after_its_e_step_over_t
         keys = jax.random.split(jax.random.key(7), devices)
         state = jax.jit(jax.vmap(lambda key: vmpo.init(setup, config, key)))(keys)
 
-    def update(s):  # traced afresh on every call
-        if devices == 1:
-            return jax.jit(lambda s: vmpo.update(setup, config, s))(s)
-        return jax.jit(parallel.emulate(lambda s: vmpo.update(setup, config, s), devices, in_axes=0, out_axes=0))(s)
+    def one_update(s):
+        return vmpo.update(setup, config, s)
+
+    update = _traced_afresh(
+        one_update if devices == 1 else parallel.emulate(one_update, devices, in_axes=0, out_axes=0)
+    )
 
     whole, whole_metrics = update(state)
-    assert not _scans_of_length(update, 128 // 30, state)
+    assert not _scans_in(update.jaxpr, 128 // 30)
     _chunks(monkeypatch, 64, 30)
     chunked, chunked_metrics = update(state)
-    assert _scans_of_length(update, 128 // 30, state)
+    assert _scans_in(update.jaxpr, 128 // 30)
     assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
     assert set(chunked_metrics) == set(whole_metrics)
     for name in ("policy_loss", "temperature_loss", "alpha_loss", "value_loss", "entropy", "kl", "temperature"):
@@ -276,11 +292,11 @@ def test_trpo_takes_its_policy_step_and_value_regression_over_chunks_of_a_large_
     config = trpo.Config(env=env, num_envs=16, num_steps=16, total_timesteps=16 * 16 * 2, vf_minibatches=2)
     _, state, update = _init_and_update(trpo, config, 8)
     whole, whole_metrics = update(state)
-    assert not _scans_of_length(update, 256 // 30, state)
+    assert not _scans_in(update.jaxpr, 256 // 30)
     _chunks(monkeypatch, 100, 30)
     chunked, chunked_metrics = update(state)
-    assert _scans_of_length(update, 256 // 30, state)  # the policy step's
-    assert _scans_of_length(update, 128 // 30, state)  # the value regression's
+    assert _scans_in(update.jaxpr, 256 // 30)  # the policy step's
+    assert _scans_in(update.jaxpr, 128 // 30)  # the value regression's
     assert float(whole_metrics["accepted"]) == 1.0
     assert_trees_close(chunked.params, whole.params, rtol=1e-3, atol=1e-6)
     for name in ("kl", "step_fraction", "surrogate_improvement", "expected_improvement", "entropy", "value_loss"):
@@ -300,12 +316,12 @@ def test_dpo_takes_a_large_batch_gradient_in_two_passes_over_chunks(monkeypatch)
     config = dpo.Config(horizon=32, total_timesteps=32 * 32, update_epochs=2, ent_coef=1.0)
     _, state, update = _init_and_update(dpo, config, 9)
     whole, whole_metrics = update(state)
-    assert not _scans_of_length(update, 1024 // 100, state)
+    assert not _scans_in(update.jaxpr, 1024 // 100)
     assert 0.0 < float(whole_metrics["pair_fraction"]) and 0.0 < float(whole_metrics["dpo_loss"])
     _chunks(monkeypatch, 500, 100)
     chunked, chunked_metrics = update(state)
-    assert _scans_of_length(update, 1024 // 100, state)  # the gradient's chunks
-    assert _scans_of_length(update, 32 // 3, state)  # log pi(y)'s chunks of 3 time steps
+    assert _scans_in(update.jaxpr, 1024 // 100)  # the gradient's chunks
+    assert _scans_in(update.jaxpr, 32 // 3)  # log pi(y)'s chunks of 3 time steps
     assert_trees_close(chunked.params, whole.params, rtol=1e-4, atol=1e-6)
     assert set(chunked_metrics) == set(whole_metrics)
     for name in ("dpo_loss", "reward_accuracy", "reward_margin", "log_ratio", "entropy"):
