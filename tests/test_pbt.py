@@ -551,10 +551,11 @@ def test_chunk_plan_cuts_whole_ready_blocks():
     assert pbt.runner.chunk_plan(CONFIG, PBT, 1) == [(0, 2, 1)]
 
 
-@pytest.mark.slow
-def test_a_chunk_writes_the_new_population_over_the_old(monkeypatch):
-    """A PBT chunk consumes the population it is given (donated), states and hyperparameters: XLA aliases every
-    byte of them to the new population, so the run holds one population and copies none at a chunk's start."""
+@pytest.fixture(scope="module")
+def chunked(tmp_path_factory):
+    """An uninterrupted run of EVAL_PBT (every member evaluated after every iteration, ranked by the evaluation)
+    in 2 chunks with its folder, TensorBoard files and the best member's evaluation; and, as its chunks start,
+    the bytes of the population they are given and the bytes each compiled chunk aliases to its outputs."""
     from jaxrl.run import checkpoint
 
     start, seen = pbt.runner._Session.start, {}
@@ -565,18 +566,20 @@ def test_a_chunk_writes_the_new_population_over_the_old(monkeypatch):
         seen["bytes"] = sum(x.nbytes for x in jax.tree.leaves(population))
         seen["aliased"] = [c.memory_analysis().alias_size_in_bytes for c in self.compiled.values()]
 
-    monkeypatch.setattr(pbt.runner._Session, "start", start_and_look)
-    pbt.run(CONFIG, PBT, num_chunks=2, progress=False, eval_episodes=0)
+    out = tmp_path_factory.mktemp("pbt") / "full"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pbt.runner._Session, "start", start_and_look)
+        result = pbt.run(CONFIG, EVAL_PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES)
+    return result, out, seen
+
+
+@pytest.mark.slow
+def test_a_chunk_writes_the_new_population_over_the_old(chunked):
+    """A PBT chunk consumes the population it is given (donated), states and hyperparameters: XLA aliases every
+    byte of them to the new population, so the run holds one population and copies none at a chunk's start."""
+    seen = chunked[2]
     assert len(seen["aliased"]) == 2 and seen["bytes"] > 4 * 4 * 4 * 4  # the members' env observations at least
     assert seen["aliased"] == [seen["bytes"]] * 2
-
-
-@pytest.fixture(scope="module")
-def chunked(tmp_path_factory):
-    """An uninterrupted run of EVAL_PBT (every member evaluated after every iteration, ranked by the evaluation)
-    in 2 chunks with its folder, TensorBoard files and the best member's evaluation."""
-    out = tmp_path_factory.mktemp("pbt") / "full"
-    return pbt.run(CONFIG, EVAL_PBT, out, num_chunks=2, progress=False, tensorboard=True, eval_episodes=EPISODES), out
 
 
 def read_board(directory):
@@ -609,7 +612,7 @@ def read_csv(path):
 def test_chunked_run_follows_the_whole_program(chunked, eval_run):
     """The chunks run the schedule of `make_pbt` under the same key (seed 0): the same parents, the same numbers,
     evaluations included, up to XLA's rewriting of differently nested programs."""
-    result, out = chunked
+    result, out, _ = chunked
     states, metrics, lineage = eval_run
     np.testing.assert_array_equal(result.lineage.parent, lineage.parent)
     np.testing.assert_array_equal(result.lineage.iteration, lineage.iteration)
@@ -628,7 +631,7 @@ def test_tensorboard_holds_each_members_metrics_lineage_and_hyperparameters(chun
     """One TensorBoard run per member: every iteration's metrics at x = env steps as metrics.csv holds them,
     every ready step's fitness, rank, parent and hyperparameters as lineage.csv holds them (step 0: the initial
     hyperparameters); the population's run: best and median fitness, and the best member's evaluation."""
-    result, out = chunked
+    result, out, _ = chunked
     steps = CONFIG.env_steps_per_iteration
     board = out / "tensorboard"
     assert sorted(p.name for p in board.iterdir()) == ["member_0", "member_1", "member_2", "member_3", "population"]
@@ -674,7 +677,7 @@ def test_best_member_is_evaluated_on_the_evaluation_stream(chunked):
     keys) folded with the last iteration; the deterministic and stochastic returns are reported apart."""
     from jaxrl.run.compile import eval_keys
 
-    result, out = chunked
+    result, out, _ = chunked
     summary = json.loads((out / "summary.json").read_text())
     evaluation = summary["best_member_eval"]
     assert evaluation == result.evaluation
@@ -700,7 +703,7 @@ def test_best_member_is_evaluated_on_the_evaluation_stream(chunked):
 def test_jaxrl_eval_plays_every_member_of_a_population_and_names_the_best(chunked, capsys):
     from jaxrl import cli
 
-    result, out = chunked
+    result, out, _ = chunked
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     assert cli.main(["eval", str(out), "--episodes", "2"]) == 0
     heading, *lines = capsys.readouterr().out.strip().splitlines()
@@ -776,7 +779,7 @@ def test_exact_resume_after_ctrl_c(chunked, tmp_path, monkeypatch):
         pbt.run(CONFIG, PBT, out, num_chunks=2, resume=True, progress=False)
     resumed = pbt.run(CONFIG, EVAL_PBT, out, num_chunks=2, resume=True, progress=False, tensorboard=True,
                       eval_episodes=EPISODES)  # fmt: skip
-    full, full_out = chunked
+    full, full_out, _ = chunked
     assert resumed.iterations_run == 3
     assert_trees_equal(resumed.states, full.states)
     assert_trees_equal(resumed.configs, full.configs)
