@@ -1,7 +1,8 @@
 """The matrix-product floor of a step: the `dot_general`s its program must do, run alone.
 
 `dots(fn, *args)` traces `fn` to its jaxpr and lists every `dot_general` in it, nested jaxprs included (jit, custom
-derivatives, the transposed products of a gradient), with its operand shapes, dtypes and dimension numbers. A product
+derivatives, the transposed products of a gradient), with its operand shapes, dtypes and dimension numbers, as the
+compiled program runs it (`as_run`: a product without batch axes has its free axes merged). A product
 inside a `lax.scan` counts `length` times; of a `lax.cond`'s branches the one with the most FLOPs counts; a
 `lax.while_loop` (no static trip count) is refused.
 
@@ -62,23 +63,41 @@ def _sub_jaxprs(params: dict) -> list:
     return found
 
 
+def as_run(lhs_shape: tuple[int, ...], rhs_shape: tuple[int, ...], dimension_numbers: tuple):
+    """(lhs_shape, rhs_shape, dimension_numbers) of the product XLA's CPU compiler runs for a traced one without
+    batch axes: each operand's free axes merged into one and its contracting axes into one, in their order (where
+    each group is contiguous). A network applied to [T, B, K] inputs traces a [T, B, K] x [K, N] product, and the
+    compiled program runs [T B, K] x [K, N]; timed alone in the traced form, DQN's [1, 128, ...] products took 1.2
+    to 2.2x the seconds of the form it runs (AMD EPYC, one thread). The FLOPs are the same."""
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+
+    def merged(shape, contract):
+        free = [axis for axis in range(len(shape)) if axis not in contract]
+        groups = (free, list(contract))
+        if len(shape) <= 2 or not free or any(list(g) != list(range(g[0], g[0] + len(g))) for g in groups):
+            return None
+        sizes = (math.prod(shape[a] for a in free), math.prod(shape[a] for a in contract))
+        return (sizes, (1,)) if free[0] < contract[0] else (sizes[::-1], (0,))
+
+    lhs, rhs = merged(lhs_shape, lhs_contract), merged(rhs_shape, rhs_contract)
+    if lhs_batch or rhs_batch or (lhs is None and rhs is None):
+        return lhs_shape, rhs_shape, dimension_numbers
+    lhs = lhs or (lhs_shape, lhs_contract)
+    rhs = rhs or (rhs_shape, rhs_contract)
+    if len(lhs[1]) != len(rhs[1]):  # one operand's contracting axes merged, the other's several: as traced
+        return lhs_shape, rhs_shape, dimension_numbers
+    return lhs[0], rhs[0], ((tuple(lhs[1]), tuple(rhs[1])), ((), ()))
+
+
 def _dots_of(jaxpr, count: int) -> list[Dot]:
     found = []
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
         if name == "dot_general":
             lhs, rhs = (v.aval for v in eqn.invars)
-            found.append(
-                Dot(
-                    tuple(lhs.shape),
-                    tuple(rhs.shape),
-                    lhs.dtype,
-                    rhs.dtype,
-                    eqn.params["dimension_numbers"],
-                    eqn.params.get("preferred_element_type"),
-                    count,
-                )
-            )
+            lhs_shape, rhs_shape, numbers = as_run(tuple(lhs.shape), tuple(rhs.shape), eqn.params["dimension_numbers"])
+            preferred = eqn.params.get("preferred_element_type")
+            found.append(Dot(lhs_shape, rhs_shape, lhs.dtype, rhs.dtype, numbers, preferred, count))
         elif name == "while":
             if any(_dots_of(sub, 1) for sub in _sub_jaxprs(eqn.params)):
                 raise ValueError("a lax.while_loop runs products an unknown number of times: trace one step of it")

@@ -15,18 +15,35 @@ DIMENSIONS = [
     ((8, 5), (8, 3), (((0,), (0,)), ((), ()))),  # x.T @ g, a weight gradient
     ((8, 5), (3, 5), (((1,), (1,)), ((), ()))),  # g @ w.T, an input gradient
     ((2, 8, 5), (2, 5, 3), (((2,), (1,)), ((0,), (0,)))),  # batched
-    ((1, 8, 5), (5, 3), (((2,), (0,)), ((), ()))),  # a leading axis, as a network applied to [T, B, ...]
+    ((3, 8, 5), (5, 3), (((2,), (0,)), ((), ()))),  # a leading axis, as a network applied to [T, B, ...]
+    ((1, 8, 5), (5, 3), (((2,), (0,)), ((), ()))),  # a leading axis of 1, as DQN's n-step window of 1
 ]
+RUN_AS = {  # the products the compiled programs run: free axes merged
+    (3, 8, 5): ((24, 5), (5, 3), (((1,), (0,)), ((), ()))),
+    (1, 8, 5): ((8, 5), (5, 3), (((1,), (0,)), ((), ()))),
+}
+
+
+def _compiled_dot_operands(hlo: str) -> tuple:
+    """The operand shapes of the one dot in a compiled program's HLO text."""
+    shapes = dict(re.findall(r"(%[\w.-]+) = f32\[([\d,]*)\]", hlo))
+    (operands,) = re.findall(r" dot\((%[\w.-]+), (%[\w.-]+)\)", hlo)
+    return tuple(tuple(int(n) for n in shapes[name].split(",") if n) for name in operands)
 
 
 @pytest.mark.parametrize("lhs, rhs, dimension_numbers", DIMENSIONS)
 def test_flops_of_a_product_match_xla_cost_analysis(lhs, rhs, dimension_numbers):
+    """Each product as the compiled program runs it (`products.as_run`), with XLA's FLOPs."""
+
     def product(a, b):
         return jax.lax.dot_general(a, b, dimension_numbers)
 
     (found,) = products.dots(product, jnp.ones(lhs), jnp.ones(rhs))
-    assert (found.lhs_shape, found.rhs_shape, found.dimension_numbers) == (lhs, rhs, dimension_numbers)
-    cost = jax.jit(product).lower(jnp.ones(lhs), jnp.ones(rhs)).compile().cost_analysis()
+    run_as = RUN_AS.get(lhs, (lhs, rhs, dimension_numbers))
+    assert (found.lhs_shape, found.rhs_shape, found.dimension_numbers) == run_as
+    compiled = jax.jit(product).lower(jnp.ones(lhs), jnp.ones(rhs)).compile()
+    assert _compiled_dot_operands(compiled.as_text()) == run_as[:2]
+    cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     assert found.flops == cost["flops"]
 
