@@ -67,8 +67,8 @@ def as_run(lhs_shape: tuple[int, ...], rhs_shape: tuple[int, ...], dimension_num
     """(lhs_shape, rhs_shape, dimension_numbers) of the product XLA's CPU compiler runs for a traced one without
     batch axes: each operand's free axes merged into one and its contracting axes into one, in their order (where
     each group is contiguous). A network applied to [T, B, K] inputs traces a [T, B, K] x [K, N] product, and the
-    compiled program runs [T B, K] x [K, N]; timed alone in the traced form, DQN's [1, 128, ...] products took 1.2
-    to 2.2x the seconds of the form it runs (AMD EPYC, one thread). The FLOPs are the same."""
+    compiled program runs [T B, K] x [K, N]. Timed alone in the traced form, DQN's three [1, 128, ...] products
+    took 1.3x the seconds of the form it runs (AMD EPYC, one thread). The FLOPs are the same."""
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
 
     def merged(shape, contract):
