@@ -554,8 +554,8 @@ def test_chunk_plan_cuts_whole_ready_blocks():
 @pytest.fixture(scope="module")
 def chunked(tmp_path_factory):
     """An uninterrupted run of EVAL_PBT (every member evaluated after every iteration, ranked by the evaluation)
-    in 2 chunks with its folder, TensorBoard files and the best member's evaluation; and, as its chunks start,
-    the bytes of the population they are given and the bytes each compiled chunk aliases to its outputs."""
+    in 2 chunks with its folder, TensorBoard files and the best member's evaluation; and, seen as the run starts,
+    the bytes of the population its chunks are given and the bytes each compiled chunk aliases to its outputs."""
     from jaxrl.run import checkpoint
 
     start, seen = pbt.runner._Session.start, {}
