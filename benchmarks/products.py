@@ -79,8 +79,10 @@ def as_run(lhs_shape: tuple[int, ...], rhs_shape: tuple[int, ...], dimension_num
         sizes = (math.prod(shape[a] for a in free), math.prod(shape[a] for a in contract))
         return (sizes, (1,)) if free[0] < contract[0] else (sizes[::-1], (0,))
 
+    if lhs_batch or rhs_batch:
+        return lhs_shape, rhs_shape, dimension_numbers
     lhs, rhs = merged(lhs_shape, lhs_contract), merged(rhs_shape, rhs_contract)
-    if lhs_batch or rhs_batch or (lhs is None and rhs is None):
+    if lhs is None and rhs is None:
         return lhs_shape, rhs_shape, dimension_numbers
     lhs = lhs or (lhs_shape, lhs_contract)
     rhs = rhs or (rhs_shape, rhs_contract)
