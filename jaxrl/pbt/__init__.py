@@ -19,8 +19,9 @@ ties broken by member index. Each member in the bottom `truncation` fraction the
 Hyperparameters are the Config's pytree leaves (`base.hyper`), read by the algorithm at every iteration (the
 optimiser is built from `config.learning_rate` inside each update, and Adam's state holds no learning rate), so
 a member continues with its new hyperparameters from the next iteration on. Ranking, selection, copying and
-perturbation run inside the program: `lax.scan` over ready blocks, each a `lax.scan` of `ready` iterations
-followed by the exploit/explore step; no host round trip. No step follows the run's last iteration, so a
+perturbation run inside the program: one loop over the iterations, the exploit/explore step after every
+`ready`-th (under `lax.cond`, so that the program holds one copy of the iteration, of the evaluation and of the
+step, whatever the schedule); no host round trip. No step follows the run's last iteration, so a
 population with `ready = num_iterations` is `jax.vmap(base.train)` of its configs and member keys (bit for bit
 when both compile without XLA's algebraic simplifier, `run.compile.DEVICE_INDEPENDENT_OPTIONS`: it rewrites
 differently nested programs differently, 1 ulp apart). Iterations past the last whole block run at the end,
@@ -43,10 +44,11 @@ Priors use the sweep syntax: `uniform:LOW:HIGH`, `loguniform:LOW:HIGH` (uniform 
 `int:LOW:HIGH` (integers, both ends included); a tuple `("log_uniform", low, high)` as `sweep.random` takes
 works too. Their [LOW, HIGH] are the bounds perturbations are clipped to.
 
-A run with checkpoints (`run`, `jaxrl pbt ALGO --out DIR`) trains the same schedule in compiled chunks of whole
-ready blocks, saving the population, its hyperparameters, the metrics and the lineage between them; an
-interrupted run (Ctrl-C, SIGTERM) resumed with `run(..., resume=True)` (`jaxrl pbt --resume DIR`) equals the
-uninterrupted one bit for bit. The members can be sharded over several devices (`devices`), as a sweep's rows are.
+A run with checkpoints (`run`, `jaxrl pbt ALGO --out DIR`) trains the same schedule in chunks of whole ready
+blocks, every chunk the same compiled program (a chunk's length is one of its arguments), saving the population,
+its hyperparameters, the metrics and the lineage between them; an interrupted run (Ctrl-C, SIGTERM) resumed with
+`run(..., resume=True)` (`jaxrl pbt --resume DIR`) equals the uninterrupted one bit for bit. The members can be
+sharded over several devices (`devices`), as a sweep's rows are.
 
 Such a run ends with an evaluation of its best member on fresh episodes (deterministic and stochastic policy,
 reported apart, in summary.json), and with `tensorboard=True` (`--tensorboard`) writes TensorBoard event files,

@@ -1,8 +1,10 @@
-"""The compiled PBT program: `lax.scan` over ready blocks, each a `lax.scan` of `ready` vmapped iterations of the
-population (with `eval_every`, in pieces of `eval_every` iterations each followed by every member's evaluation)
-followed by the exploit/explore step (`jaxrl.pbt.population.ready_step`), inside one program with no host round
-trip. `make_chunk` runs a given number of blocks from a given population (the chunked runner,
-`jaxrl.pbt.runner`, calls it between checkpoints); `make_program` and `make_pbt` run the whole schedule."""
+"""The compiled PBT program: one loop over the population's iterations (`lax.fori_loop`, the number of iterations
+traced), each iteration every member's training iteration (vmapped), then, where the iteration is a multiple of
+`eval_every`, every member's evaluation, and where it ends a ready block, the exploit/explore step
+(`jaxrl.pbt.population.ready_step`), both under `lax.cond`: one copy of each in the program, inside one program with
+no host round trip. `make_chunk` runs a given number of iterations from a given population (the chunked runner,
+`jaxrl.pbt.runner`, calls the one compiled chunk between checkpoints, whatever each chunk's length);
+`make_program` and `make_pbt` run the whole schedule."""
 
 from __future__ import annotations
 
@@ -11,7 +13,15 @@ import jax.numpy as jnp
 
 from jaxrl.algos import base
 from jaxrl.pbt.lineage import Lineage
-from jaxrl.pbt.population import EVAL_FITNESS_METRIC, PBTConfig, block_fitness, initial_population, ready_step, validate
+from jaxrl.pbt.population import (
+    EVAL_FITNESS_METRIC,
+    FITNESS_METRIC,
+    PBTConfig,
+    block_fitness,
+    initial_population,
+    ready_step,
+    validate,
+)
 from jaxrl.run.compile import EVAL_METRICS, EVAL_STREAM, evaluation_scores
 
 # ---------------------------------------------------------------------------------------------------------
@@ -27,96 +37,86 @@ def eval_stream(key: jax.Array, population: int) -> jax.Array:
 
 
 def _parts(config, pbt: PBTConfig):
-    """(init, iterations, block_of) of the population: `init(c, k)` one member's TrainState; `iterations(states,
-    configs, length, start, eval_keys)` `length` vmapped iterations from iteration `start` (a multiple of
-    `eval_every`, or of ready where `eval_every` is a multiple of ready), each member evaluated after every
-    iteration that is a multiple of `eval_every`; `block_of(eval_keys)` the scan body
-    `block(carry, (step_key, fire, index))`: ready block `index`'s iterations then the exploit/explore step
-    (skipped where `fire` is False), its record (fitness, rank, exploited, parent, hyperparameters before and
-    after, evaluation return or None)."""
+    """(init, span) of the population: `init(c, k)` one member's TrainState; `span(states, configs, keys, fire,
+    first, length, capacity, eval_keys)` its iterations from the start of ready block `first`, `length` of them
+    (traced, at most the static `capacity`): after each iteration that is a multiple of `eval_every` every member
+    is evaluated, and after the b-th ready block of the span the exploit/explore step runs with `keys[b]` (skipped
+    where `fire[b]` is False). Returns (states, configs, metrics {name: [capacity, P]}, record), the metrics past
+    `length` zero (NaN for the evaluation's) and the record one row per ready block of the capacity (fitness, rank,
+    exploited, parent, hyperparameters before and after, evaluation return or None), rows past the span's blocks
+    zero."""
     priors = validate(config, pbt)
     algo = base.algorithm_of(config)
     names = list(priors)
-    every, episodes = pbt.eval_every, pbt.eval_episodes
+    every, episodes, ready = pbt.eval_every, pbt.eval_episodes, pbt.ready
+    source = EVAL_FITNESS_METRIC if pbt.fitness == "eval" else FITNESS_METRIC
 
     # as in `base.train`, each member's setup is built from its own (traced) Config, so that nothing a setup
     # might read of a hyperparameter is fixed at the given config's value
     def init(c, k):
         return base.initial_state(c, k, base.make_setup(c, algo), algo)
 
-    def iterate(c, s):
-        return base.iteration(algo, base.make_setup(c, algo), c, s)
+    def iterate(states, configs):
+        return jax.vmap(lambda c, s: base.iteration(algo, base.make_setup(c, algo), c, s))(configs, states)
 
-    def plain(states, configs, length):
-        # the configs are constants of the loop (not carried), as in `base.train`
-        def body(states, _):
-            return jax.vmap(iterate)(configs, states)
-
-        return jax.lax.scan(body, states, None, length=length)
-
-    def evaluate_members(states, configs, eval_keys, iteration):
+    def evaluate(states, configs, eval_keys, iteration):
         def one(c, s, k):
             return evaluation_scores(algo, c, s, k, iteration, episodes, setup=base.make_setup(c, algo))
 
-        return jax.vmap(one)(configs, states, eval_keys)
+        scores = jax.vmap(one)(configs, states, eval_keys)
+        return {n: scores[n].astype(jnp.float32) for n in EVAL_METRICS}
 
-    def iterations(states, configs, length, start=0, eval_keys=None):
-        if not every:
-            return plain(states, configs, length)
-        size = eval_keys.shape[0]
-        if every > pbt.ready:  # a multiple of ready: the last iteration is evaluated where it is a multiple of every
-            states, trained = plain(states, configs, length)
-            end = start + length
+    def ready_record(states, configs, window, key, fire, evaluated):
+        fitness = block_fitness({source: window}, pbt)
+        before = {n: getattr(configs, n) for n in names}
+        states, configs, (rank, parent, exploited) = ready_step(states, configs, fitness, key, pbt, priors, fire)
+        after = {n: getattr(configs, n) for n in names}
+        return states, configs, (fitness, rank, exploited, parent, before, after, evaluated)
 
-            def evaluated(states):
-                scores = evaluate_members(states, configs, eval_keys, end)
-                return {n: scores[n].astype(jnp.float32) for n in EVAL_METRICS}
+    def span(states, configs, keys, fire, first, length, capacity: int, eval_keys=None):
+        size, blocks = pbt.population, capacity // ready
+        start = jnp.asarray(first, jnp.int32) * ready
+        shapes = jax.eval_shape(iterate, states, configs)[1]
+        if source not in shapes and source == FITNESS_METRIC:
+            raise ValueError(f"PBT ranks members by the {FITNESS_METRIC!r} metric, which this algorithm lacks.")
+        metrics = {n: jnp.zeros((capacity, *x.shape), x.dtype) for n, x in shapes.items()}
+        blank = {n: jnp.full((size,), jnp.nan, jnp.float32) for n in EVAL_METRICS} if every else {}
+        metrics |= {n: jnp.full((capacity, size), jnp.nan, jnp.float32) for n in blank}
+        window = jnp.full((ready, size), jnp.nan, jnp.float32)  # the fitness source over the current block
+        evaluated = blank.get(EVAL_FITNESS_METRIC)
+        key, flag = jax.ShapeDtypeStruct((), keys.dtype), jax.ShapeDtypeStruct((), jnp.bool_)
+        row = jax.eval_shape(ready_record, states, configs, window, key, flag, evaluated)[2]
+        records = jax.tree.map(lambda x: jnp.zeros((blocks, *x.shape), x.dtype), row)
 
-            def blank(states):
-                return {n: jnp.full((size,), jnp.nan, jnp.float32) for n in EVAL_METRICS}
+        def one_iteration(j, carry):
+            states, configs, window, metrics, records = carry
+            states, out = iterate(states, configs)
+            done = start + j + 1  # iterations trained
+            if every:
+                scored = lambda s: evaluate(s, configs, eval_keys, done)  # noqa: E731
+                out |= jax.lax.cond(done % every == 0, scored, lambda s: blank, states)
+            metrics = {n: metrics[n].at[j].set(out[n]) for n in metrics}
+            window = window.at[j % ready].set(out[source].astype(jnp.float32))
+            if not blocks:
+                return states, configs, window, metrics, records
 
-            last = jax.lax.cond(end % every == 0, evaluated, blank, states)
-            nans = jnp.full((length - 1, size), jnp.nan, jnp.float32)
-            return states, {**trained, **{n: jnp.concatenate([nans, last[n][None]]) for n in EVAL_METRICS}}
-        pieces, rest = divmod(length, every)
-        metrics, scores = [], []
-        if pieces:
+            def readied(operand):
+                states, configs, records = operand
+                b = j // ready
+                states, configs, row = ready_record(
+                    states, configs, window, keys[b], fire[b], out.get(EVAL_FITNESS_METRIC)
+                )
+                return states, configs, jax.tree.map(lambda buf, x: buf.at[b].set(x), records, row)
 
-            def piece(states, j):
-                states, metrics = plain(states, configs, every)
-                return states, (metrics, evaluate_members(states, configs, eval_keys, start + (j + 1) * every))
+            operand = (states, configs, records)
+            states, configs, records = jax.lax.cond((j + 1) % ready == 0, readied, lambda o: o, operand)
+            return states, configs, window, metrics, records
 
-            states, (trained, evaluated) = jax.lax.scan(piece, states, jnp.arange(pieces, dtype=jnp.int32))
-            metrics.append(jax.tree.map(lambda x: x.reshape((pieces * every,) + x.shape[2:]), trained))
-            # each evaluation at the last iteration of its piece, NaN at the others
-            blank = jnp.full((pieces, every, size), jnp.nan, jnp.float32)
-            scores.append({n: blank.at[:, -1].set(evaluated[n]).reshape(pieces * every, size) for n in EVAL_METRICS})
-        if rest:
-            states, trained = plain(states, configs, rest)
-            metrics.append(trained)
-            scores.append({n: jnp.full((rest, size), jnp.nan, jnp.float32) for n in EVAL_METRICS})
-        joined = jax.tree.map(lambda *xs: jnp.concatenate(xs), *metrics) if len(metrics) > 1 else metrics[0]
-        evaluations = jax.tree.map(lambda *xs: jnp.concatenate(xs), *scores) if len(scores) > 1 else scores[0]
-        return states, {**joined, **evaluations}
+        carry = (states, configs, window, metrics, records)
+        states, configs, _, metrics, records = jax.lax.fori_loop(0, length, one_iteration, carry)
+        return states, configs, metrics, records
 
-    def block_of(eval_keys):
-        def block(carry, xs):
-            step_key, fire, index = xs
-            states, configs = carry
-            states, metrics = iterations(states, configs, pbt.ready, index * pbt.ready, eval_keys)
-            # the block's last iteration: evaluated where eval_every divides ready, else NaN between evaluations
-            evaluated = metrics[EVAL_FITNESS_METRIC][-1] if every else None
-            fitness = block_fitness(metrics, pbt)
-            before = {n: getattr(configs, n) for n in names}
-            states, configs, (rank, parent, exploited) = ready_step(
-                states, configs, fitness, step_key, pbt, priors, fire
-            )
-            after = {n: getattr(configs, n) for n in names}
-            return (states, configs), (metrics, (fitness, rank, exploited, parent, before, after, evaluated))
-
-        return block
-
-    return init, iterations, block_of
+    return init, span
 
 
 def fire_schedule(config, pbt: PBTConfig) -> jax.Array:
@@ -137,23 +137,18 @@ def make_program(config, pbt: PBTConfig):
     `eval_keys` [P] the members' evaluation keys with `eval_every` (None: `eval_stream(key, P)`). States leaves
     [P, ...], metrics {name: [P, num_iterations]} as `jax.vmap(base.train)` returns them (with `eval_every`, and
     the evaluation's)."""
-    init, iterations, block_of = _parts(config, pbt)
+    init, span = _parts(config, pbt)
     ready, num_iterations = pbt.ready, config.num_iterations
-    blocks, remainder = divmod(num_iterations, ready)
 
     def program(configs, member_keys, key, eval_keys=None):
         if pbt.eval_every and eval_keys is None:
             eval_keys = eval_stream(key, pbt.population)
         states = jax.vmap(init)(configs, member_keys)
-        xs = (jax.random.split(key, blocks), fire_schedule(config, pbt), jnp.arange(blocks, dtype=jnp.int32))
-        carry, (metrics, record) = jax.lax.scan(block_of(eval_keys), (states, configs), xs)
-        metrics = jax.tree.map(lambda x: x.reshape((blocks * ready,) + x.shape[2:]), metrics)
-        if remainder:
-            states, rest = iterations(*carry, remainder, blocks * ready, eval_keys)
-            carry = (states, carry[1])
-            metrics = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), metrics, rest)
-        lineage = _lineage(jnp.arange(1, blocks + 1) * ready, record)
-        return carry[0], jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), metrics), lineage
+        keys = jax.random.split(key, num_iterations // ready)
+        fire = fire_schedule(config, pbt)
+        states, _, metrics, record = span(states, configs, keys, fire, 0, num_iterations, num_iterations, eval_keys)
+        lineage = _lineage(jnp.arange(1, keys.shape[0] + 1) * ready, record)
+        return states, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), metrics), lineage
 
     return program
 
@@ -161,7 +156,7 @@ def make_program(config, pbt: PBTConfig):
 def make_start(config, pbt: PBTConfig):
     """The pure `start(key) -> (states, configs)`: the population of `make_pbt(config, pbt)(key)` before its
     first iteration (the same splits of `key`)."""
-    init, _, _ = _parts(config, pbt)
+    init, _ = _parts(config, pbt)
 
     def start(key):
         k_population, k_members, _ = jax.random.split(key, 3)
@@ -176,25 +171,20 @@ def step_keys(config, pbt: PBTConfig, key: jax.Array) -> jax.Array:
     return jax.random.split(jax.random.split(key, 3)[2], config.num_iterations // pbt.ready)
 
 
-def make_chunk(config, pbt: PBTConfig, tail: int = 0):
-    """The pure `chunk(states, configs, keys, fire, first, eval_keys=None) -> (states, configs, metrics,
-    lineage)`: the ready blocks `first, first + 1, ...` (one per entry of `keys` [n] and `fire` [n], from
-    `step_keys` and `fire_schedule`) of a population (leaves [P, ...]), then `tail` more iterations without a
-    ready step (the run's iterations past its last whole block); with `eval_every`, `eval_keys` [P] are the
-    members' (`eval_stream` of the run's key). Metrics {name: [P, n * ready + tail]}, lineage the n steps'.
-    Chunks one after the other run the schedule of `make_program`."""
-    _, iterations, block_of = _parts(config, pbt)
+def make_chunk(config, pbt: PBTConfig, capacity: int):
+    """The pure `chunk(states, configs, keys, fire, first, length, eval_keys=None) -> (states, configs, metrics,
+    lineage)`: `length` iterations (traced, at most `capacity`) of a population (leaves [P, ...]) from the start
+    of ready block `first`, the exploit/explore step after each whole block b of them with `keys[b]` and `fire[b]`
+    (`capacity // ready` of each, from `step_keys` and `fire_schedule`); with `eval_every`, `eval_keys` [P] are the
+    members' (`eval_stream` of the run's key). Metrics {name: [P, capacity]} and the lineage's `capacity // ready`
+    rows, of which the first `length` iterations and `length // ready` rows are the chunk's. One compiled chunk
+    runs chunks of every length; chunks one after the other run the schedule of `make_program`."""
+    _, span = _parts(config, pbt)
     ready = pbt.ready
 
-    def chunk(states, configs, keys, fire, first, eval_keys=None):
-        n = keys.shape[0]
-        xs = (keys, fire, first + jnp.arange(n, dtype=jnp.int32))
-        (states, configs), (metrics, record) = jax.lax.scan(block_of(eval_keys), (states, configs), xs)
-        metrics = jax.tree.map(lambda x: x.reshape((n * ready,) + x.shape[2:]), metrics)
-        if tail:
-            states, rest = iterations(states, configs, tail, (first + n) * ready, eval_keys)
-            metrics = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), metrics, rest)
-        lineage = _lineage((first + jnp.arange(1, n + 1)) * ready, record)
+    def chunk(states, configs, keys, fire, first, length, eval_keys=None):
+        states, configs, metrics, record = span(states, configs, keys, fire, first, length, capacity, eval_keys)
+        lineage = _lineage((first + jnp.arange(1, capacity // ready + 1)) * ready, record)
         return states, configs, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), metrics), lineage
 
     return chunk

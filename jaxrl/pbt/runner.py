@@ -2,13 +2,14 @@
 `jaxrl pbt`).
 
 The schedule of `make_pbt` is cut into `num_chunks` chunks of whole ready blocks (`run.compile.chunk_sizes`; the
-iterations past the last whole block end the last chunk). Between chunks the host shows the progress bar (the best
+iterations past the last whole block end the last chunk), all run by one compiled program (`program.make_chunk`,
+as long as the longest chunk, a chunk's length its argument). Between chunks the host shows the progress bar (the best
 and median fitness of the last ready step, and with evaluation its best evaluation return), and every
 `checkpoint_every` chunks, at the end and on Ctrl-C or SIGTERM (`run.signals`: at the next chunk boundary) saves
 the population's TrainStates and hyperparameters with every iteration's metrics and the lineage so far
 (`run.checkpoint`), then metrics.csv and lineage.csv. The run folder is claimed and locked as `jaxrl train`'s is
 (`run.folder`); its config.json holds everything a resume keeps, chunks included, so a resumed run compiles the
-same chunk programs and equals the uninterrupted one bit for bit. A chunk consumes the population it is given
+same chunk program and equals the uninterrupted one bit for bit. A chunk consumes the population it is given
 (donated, as `jaxrl train`'s chunks consume the state: `run.compile`).
 
 The members are sharded over `devices` (a 1-D mesh, as a sweep's rows; the population a multiple of the device
@@ -298,7 +299,7 @@ class _Session:
         self.keys, self.fire = step_keys(config, pbt, self.key), fire_schedule(config, pbt)
         self.eval_keys = eval_keys(seed, pbt.population) if pbt.eval_every else None  # = program.eval_stream's
         self.options = compiler_options(device_independent)
-        self.metrics, self.parts, self.done, self.saved, self.compiled = [], [], 0, None, {}
+        self.metrics, self.parts, self.done, self.saved, self.compiled = [], [], 0, None, None
 
     def _place(self, tree, sharding):
         return place(tree, sharding)
@@ -322,24 +323,31 @@ class _Session:
             raise checkpoint.CheckpointError(f"{self.out}: its checkpoint after iteration {self.done} ends no chunk.")
         self.todo = [chunk for chunk, end in zip(self.plan, ends, strict=True) if end > self.done]
         self.first_chunk = len(self.plan) - len(self.todo)
-        for first, n, tail in self.todo:
-            if (n, tail) not in self.compiled:
-                program = jax.jit(
-                    make_chunk(self.config, self.pbt, tail),
-                    out_shardings=(self.members, self.members, self.members, self.replicated),
-                    donate_argnums=(0, 1),  # the chunk consumes the population: its buffers become the new one's
-                )
-                args = self._args(first, n)
-                self.compiled[n, tail] = program.lower(*args).compile(self.options)
+        # one program for every chunk of the plan (the whole plan's longest, so that a resume compiles the same):
+        # a chunk's length is an argument
+        self.capacity = max(n * self.pbt.ready + tail for _, n, tail in self.plan)
+        if self.todo:
+            program = jax.jit(
+                make_chunk(self.config, self.pbt, self.capacity),
+                out_shardings=(self.members, self.members, self.members, self.replicated),
+                donate_argnums=(0, 1),  # the chunk consumes the population: its buffers become the new one's
+            )
+            self.compiled = program.lower(*self._args(*self.todo[0])).compile(self.options)
         self.compile_s = time.perf_counter() - begin
 
-    def _args(self, first: int, n: int):
-        keys = self._place(self.keys[first : first + n], self.replicated)
-        fire = self._place(self.fire[first : first + n], self.replicated)
-        first = self._place(np.int32(first), self.replicated)
+    def _args(self, first: int, n: int, tail: int):
+        """The compiled chunk's arguments for `n` blocks and `tail` iterations from block `first`: the blocks'
+        exploit/explore keys and fire flags, padded to the program's blocks (the padding never fires)."""
+        blocks = self.capacity // self.pbt.ready
+        keys = self.keys[first : first + n]
+        pad = blocks - keys.shape[0]
+        keys = jax.numpy.concatenate([keys, *[self.keys[:1]] * pad]) if pad else keys
+        fire = np.concatenate([np.asarray(self.fire[first : first + n]), np.zeros(pad, bool)])
+        keys, fire = self._place(keys, self.replicated), self._place(fire, self.replicated)
+        first, length = (self._place(np.int32(x), self.replicated) for x in (first, n * self.pbt.ready + tail))
         if self.eval_keys is None:
-            return self.states, self.configs, keys, fire, first
-        return self.states, self.configs, keys, fire, first, self._place(self.eval_keys, self.members)
+            return self.states, self.configs, keys, fire, first, length
+        return self.states, self.configs, keys, fire, first, length, self._place(self.eval_keys, self.members)
 
     def lineage(self) -> Lineage:
         return jax.tree.map(lambda *xs: np.concatenate(xs), *self.parts)
@@ -403,8 +411,9 @@ class _Session:
             stop.install()
             for index, (first, n, tail) in enumerate(self.todo):
                 with stop.taking_chunk():  # the chunk consumes the population: a stop waits until its result is held
-                    states, configs, metrics, part = self.compiled[n, tail](*self._args(first, n))
+                    states, configs, metrics, part = self.compiled(*self._args(first, n, tail))
                     metrics, part = jax.device_get(addressable((metrics, part)))
+                    metrics, part = _cut(metrics, part, n, n * self.pbt.ready + tail)
                     self.metrics.append(metrics)
                     self.parts.append(part)
                     self.states, self.configs = states, configs
@@ -442,6 +451,12 @@ class _Session:
             self.states, self.configs, self.all_metrics(), lineage, self.compile_s, run_s, self.out,
             self.done - done_before, evaluation,
         )  # fmt: skip
+
+
+def _cut(metrics: dict[str, np.ndarray], part: Lineage, blocks: int, length: int):
+    """A chunk's own metrics (its first `length` iterations) and lineage (its first `blocks` ready steps) of the
+    compiled chunk's outputs, which hold as many as its longest chunk."""
+    return {k: v[:, :length] for k, v in metrics.items()}, jax.tree.map(lambda x: x[:blocks], part)
 
 
 def restore_on_lead(directory: Path, like, info: dict) -> tuple[int, Any, dict[str, np.ndarray]]:
