@@ -37,6 +37,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -305,6 +306,8 @@ class _Session:
         return place(tree, sharding)
 
     def start(self, resume: bool) -> None:
+        """The population to train (drawn, or a resume's checkpoint) and the compiled chunk: the programs that draw
+        the population and run the chunks compile side by side (XLA compiles outside the GIL)."""
         begin = time.perf_counter()
         start = jax.jit(make_start(self.config, self.pbt), out_shardings=self.members)
         if resume:
@@ -316,8 +319,10 @@ class _Session:
             self.states = self._place(state["states"], self.members)
             self.configs = self._place(self.config.replace(**state["hyper"]), self.members)
             self.saved = self.done
+            population = (self.states, self.configs)
         else:
-            self.states, self.configs = start.lower(self.key).compile(self.options)(self.key)
+            drawn = jax.eval_shape(start, self.key)
+            population = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.members), drawn)
         ends = np.cumsum([n * self.pbt.ready + tail for _, n, tail in self.plan])
         if self.done and self.done not in ends:
             raise checkpoint.CheckpointError(f"{self.out}: its checkpoint after iteration {self.done} ends no chunk.")
@@ -326,18 +331,33 @@ class _Session:
         # one program for every chunk of the plan (the whole plan's longest, so that a resume compiles the same):
         # a chunk's length is an argument
         self.capacity = max(n * self.pbt.ready + tail for _, n, tail in self.plan)
-        if self.todo:
-            program = jax.jit(
-                make_chunk(self.config, self.pbt, self.capacity),
-                out_shardings=(self.members, self.members, self.members, self.replicated),
-                donate_argnums=(0, 1),  # the chunk consumes the population: its buffers become the new one's
-            )
-            self.compiled = program.lower(*self._args(*self.todo[0])).compile(self.options)
+        pool = ThreadPoolExecutor(max_workers=2)
+        try:
+            starting = None if resume else pool.submit(lambda: start.lower(self.key).compile(self.options))
+            chunk = pool.submit(self._compile_chunk, population) if self.todo else None
+            if starting is not None:
+                self.states, self.configs = starting.result()(self.key)
+            self.compiled = None if chunk is None else chunk.result()
+        except BaseException:  # Ctrl-C or a compile error: do not wait for the other compile to finish
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         self.compile_s = time.perf_counter() - begin
 
-    def _args(self, first: int, n: int, tail: int):
-        """The compiled chunk's arguments for `n` blocks and `tail` iterations from block `first`: the blocks'
-        exploit/explore keys and fire flags, padded to the program's blocks (the padding never fires)."""
+    def _compile_chunk(self, population):
+        """The one compiled chunk, for the population `(states, configs)` (arrays or their shapes and shardings)."""
+        program = jax.jit(
+            make_chunk(self.config, self.pbt, self.capacity),
+            out_shardings=(self.members, self.members, self.members, self.replicated),
+            donate_argnums=(0, 1),  # the chunk consumes the population: its buffers become the new one's
+        )
+        return program.lower(*self._args(*self.todo[0], population=population)).compile(self.options)
+
+    def _args(self, first: int, n: int, tail: int, population=None):
+        """The compiled chunk's arguments for `n` blocks and `tail` iterations from block `first` (of the session's
+        population, or of `population`): the blocks' exploit/explore keys and fire flags, padded to the program's
+        blocks (the padding never fires)."""
+        states, configs = (self.states, self.configs) if population is None else population
         blocks = self.capacity // self.pbt.ready
         keys = self.keys[first : first + n]
         pad = blocks - keys.shape[0]
@@ -346,8 +366,8 @@ class _Session:
         keys, fire = self._place(keys, self.replicated), self._place(fire, self.replicated)
         first, length = (self._place(np.int32(x), self.replicated) for x in (first, n * self.pbt.ready + tail))
         if self.eval_keys is None:
-            return self.states, self.configs, keys, fire, first, length
-        return self.states, self.configs, keys, fire, first, length, self._place(self.eval_keys, self.members)
+            return states, configs, keys, fire, first, length
+        return states, configs, keys, fire, first, length, self._place(self.eval_keys, self.members)
 
     def lineage(self) -> Lineage:
         return jax.tree.map(lambda *xs: np.concatenate(xs), *self.parts)

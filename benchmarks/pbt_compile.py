@@ -1,0 +1,134 @@
+"""`jaxrl pbt` against `jaxrl pbt`: two source trees (two commits' worktrees, or a change against main) running the
+same population from the command line, alternating in one run, one machine.
+
+    git worktree add /tmp/base main
+    python -m benchmarks.pbt_compile --base /tmp/base --rounds 2 --out benchmarks/results/NAME
+
+`--change` defaults to this repository. Each run is a fresh `python -m jaxrl.cli pbt ...` process, started in an
+empty folder with that tree's `jaxrl` package first on `PYTHONPATH` (checked before the run) and JAX's persistent
+compilation cache off (`--compile-cache none`), base then change in even rounds and the reverse in odd ones (ABBA).
+Each reports the seconds it took to compile its programs and to train (summary.json's `compile_s` and `run_s`) and
+its metrics.csv, compared byte for byte with the other tree's run of the same case. Output: a table of the
+per-round ratios change / base, and `--out` as `.json` and `.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import machine, write_json
+from benchmarks.trees import TREES, short_commit
+
+EXPLORE = "learning_rate=loguniform:1e-4:1e-2"
+CASES = {
+    "ppo": ["ppo", "--explore", EXPLORE],
+    "ppo, evaluated every 10": ["ppo", "--explore", EXPLORE, "--eval-every", "10", "--fitness", "eval"],
+}
+
+
+def run_tree(tree: Path, case: str, out: Path, timeout_s: float) -> dict:
+    """`jaxrl pbt` on `case` with `tree`'s jaxrl package; its summary's seconds, or the error."""
+    with tempfile.TemporaryDirectory(prefix="jaxrl-tree-") as only_jaxrl:
+        (Path(only_jaxrl) / "jaxrl").symlink_to(tree.resolve() / "jaxrl")
+        env = {**os.environ, "PYTHONPATH": only_jaxrl}
+        where = [sys.executable, "-c", "import jaxrl; print(jaxrl.__file__)"]
+        source = subprocess.run(where, capture_output=True, text=True, env=env, cwd=only_jaxrl).stdout.strip()
+        if Path(source).resolve() != (tree / "jaxrl" / "__init__.py").resolve():
+            return {"ok": False, "error": f"imported jaxrl from {source}, not {tree}"}
+        command = [sys.executable, "-m", "jaxrl.cli", "pbt", *CASES[case], "--out", str(out)]
+        command += ["--compile-cache", "none", "--no-progress", "--quiet"]
+        begin = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s, cwd=only_jaxrl)
+        wall = time.perf_counter() - begin
+    if done.returncode != 0:
+        return {"ok": False, "error": done.stderr[-2000:]}
+    summary = json.loads((out / "summary.json").read_text())
+    return {"ok": True, "compile_s": summary["compile_s"], "run_s": summary["run_s"], "wall_s": round(wall, 3)}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, required=True, help="the base tree (a worktree of the base commit)")
+    parser.add_argument("--change", type=Path, default=Path(__file__).resolve().parents[1], help="the changed tree")
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take")
+    parser.add_argument("--out", type=Path, default=None, help="results path without extension (.json and .md)")
+    args = parser.parse_args(argv)
+    trees = {"base": args.base, "change": args.change}
+    load_before = os.getloadavg()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="jaxrl-pbt-compile-") as scratch:
+        for round_ in range(args.rounds):
+            for case in args.cases:
+                for name in TREES if round_ % 2 == 0 else TREES[::-1]:
+                    out = Path(scratch) / f"{round_}-{case}-{name}".replace(" ", "_").replace(",", "")
+                    result = {"tree": name, "case": case, "round": round_}
+                    result |= run_tree(trees[name], case, out, args.timeout)
+                    result["metrics_csv"] = str(out / "metrics.csv")
+                    results.append(result)
+                    shown = result.get("compile_s", result.get("error", "")[-200:])
+                    print(f"round {round_} {case} {name}: compile {shown} s", flush=True)
+            for case in args.cases:  # the two trees' numbers, byte for byte
+                base, change = (Path(r["metrics_csv"]) for r in results if r["case"] == case and r["round"] == round_)
+                same = base.is_file() and change.is_file() and filecmp.cmp(base, change, shallow=False)
+                for r in results:
+                    if r["case"] == case and r["round"] == round_:
+                        r["same_metrics_csv"] = same
+    for r in results:
+        r.pop("metrics_csv")
+    rows = []
+    for case in args.cases:
+        ok = {(r["tree"], r["round"]): r for r in results if r["case"] == case and r["ok"]}
+        rounds = [k for k in range(args.rounds) if ("base", k) in ok and ("change", k) in ok]
+        if not rounds:
+            continue
+
+        def span(tree, key, rounds=rounds, ok=ok):
+            values = [ok[tree, k][key] for k in rounds]
+            return f"{min(values):.1f}-{max(values):.1f}"
+
+        compile_ratio = [ok["change", k]["compile_s"] / ok["base", k]["compile_s"] for k in rounds]
+        run_ratio = [ok["change", k]["run_s"] / ok["base", k]["run_s"] for k in rounds]
+        same = all(ok["change", k]["same_metrics_csv"] for k in rounds)
+        rows.append(
+            f"| {case} | {span('base', 'compile_s')} | {span('change', 'compile_s')} | "
+            f"{min(compile_ratio):.2f}-{max(compile_ratio):.2f} ({np.median(compile_ratio):.2f}x) | "
+            f"{span('base', 'run_s')} | {span('change', 'run_s')} | {np.median(run_ratio):.2f}x | "
+            f"{'yes' if same else 'no'} |"
+        )
+    commits = {name: short_commit(tree) for name, tree in trees.items()}
+    where = machine()
+    used = " ".join(sys.argv[1:] if argv is None else argv)
+    loads = [round(x, 2) for x in load_before], [round(x, 2) for x in os.getloadavg()]
+    header = [
+        "# `jaxrl pbt`: compile and run seconds, two source trees",
+        "",
+        f"`python -m benchmarks.pbt_compile {used}`, base {commits['base']}, change {commits['change']},"
+        f" {where['processor']}, {where['cpu_count']} CPUs, load before {loads[0]}, after {loads[1]}; {args.rounds}"
+        " rounds alternating (ABBA), ratios change / base per round; the persistent compilation cache off.",
+        "",
+        "| case | compile s, base | change | compile ratio (median) | run s, base | change | run ratio (median)"
+        " | metrics.csv byte for byte |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    table = "\n".join(header + rows)
+    print(table)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        write_json(args.out.with_suffix(".json"), {"commits": commits, "machine": where, "results": results})
+        args.out.with_suffix(".md").write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
