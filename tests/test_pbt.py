@@ -83,6 +83,17 @@ def test_fitness_ignores_iterations_without_episodes():
     assert np.isnan(fitness[2])
 
 
+def test_the_fitness_source_is_the_training_return_or_the_evaluation_and_must_be_a_metric():
+    """fitness "return" ranks by episode_return, which the algorithm's metrics must hold (one line otherwise);
+    fitness "eval" by eval_return, which the program's own evaluation adds."""
+    from jaxrl.pbt.population import fitness_source
+
+    assert fitness_source(PBT, {"episode_return", "value_loss"}) == "episode_return"
+    assert fitness_source(EVAL_PBT, {"value_loss"}) == "eval_return"
+    with pytest.raises(ValueError, match=r"^PBT ranks members by the 'episode_return' metric, which this algorithm"):
+        fitness_source(PBT, {"value_loss"})
+
+
 @pytest.mark.slow
 def test_eval_fitness_ranks_by_the_evaluation_return_where_the_window_ranks_otherwise():
     """A block whose training returns rank member 0 first and member 3 last while its evaluation ranks them the

@@ -121,15 +121,22 @@ def fitness_of(returns: jax.Array, window: int) -> jax.Array:
     return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
 
 
+def fitness_source(pbt: PBTConfig, names) -> str:
+    """The metric the ready steps rank by: `eval_return` with `fitness` "eval", else `episode_return`, which must
+    be one of the algorithm's metric `names` (a one-line ValueError otherwise)."""
+    if pbt.fitness == "eval":
+        return EVAL_FITNESS_METRIC
+    if FITNESS_METRIC not in names:
+        raise ValueError(f"PBT ranks members by the {FITNESS_METRIC!r} metric, which this algorithm lacks.")
+    return FITNESS_METRIC
+
+
 def block_fitness(metrics: Mapping[str, jax.Array], pbt: PBTConfig) -> jax.Array:
     """[P] the fitness ranking the members at a ready step, from the metrics {name: [ready, P]} of the block it
     ends: `fitness` "return", the mean `episode_return` over the last `fitness_window` iterations
     (`fitness_of`); "eval", the `eval_return` of its last iteration (evaluated: eval_every divides ready)."""
-    if pbt.fitness == "eval":
-        return metrics[EVAL_FITNESS_METRIC][-1]
-    if FITNESS_METRIC not in metrics:
-        raise ValueError(f"PBT ranks members by the {FITNESS_METRIC!r} metric, which this algorithm lacks.")
-    return fitness_of(metrics[FITNESS_METRIC], pbt.window)
+    source = fitness_source(pbt, metrics)
+    return metrics[source][-1] if source == EVAL_FITNESS_METRIC else fitness_of(metrics[source], pbt.window)
 
 
 def select_parents(rank: jax.Array, num_truncated: int, key: jax.Array, fire=True) -> tuple[jax.Array, jax.Array]:

@@ -15,9 +15,9 @@ from jaxrl.algos import base
 from jaxrl.pbt.lineage import Lineage
 from jaxrl.pbt.population import (
     EVAL_FITNESS_METRIC,
-    FITNESS_METRIC,
     PBTConfig,
     block_fitness,
+    fitness_source,
     initial_population,
     ready_step,
     validate,
@@ -49,7 +49,6 @@ def _parts(config, pbt: PBTConfig):
     algo = base.algorithm_of(config)
     names = list(priors)
     every, episodes, ready = pbt.eval_every, pbt.eval_episodes, pbt.ready
-    source = EVAL_FITNESS_METRIC if pbt.fitness == "eval" else FITNESS_METRIC
 
     # as in `base.train`, each member's setup is built from its own (traced) Config, so that nothing a setup
     # might read of a hyperparameter is fixed at the given config's value
@@ -66,8 +65,8 @@ def _parts(config, pbt: PBTConfig):
         scores = jax.vmap(one)(configs, states, eval_keys)
         return {n: scores[n].astype(jnp.float32) for n in EVAL_METRICS}
 
-    def ready_record(states, configs, window, key, fire, evaluated):
-        fitness = block_fitness({source: window}, pbt)
+    def ready_record(states, configs, block, key, fire, evaluated):
+        fitness = block_fitness(block, pbt)  # block: {the fitness source: [ready, P]}
         before = {n: getattr(configs, n) for n in names}
         states, configs, (rank, parent, exploited) = ready_step(states, configs, fitness, key, pbt, priors, fire)
         after = {n: getattr(configs, n) for n in names}
@@ -77,15 +76,14 @@ def _parts(config, pbt: PBTConfig):
         size, blocks = pbt.population, capacity // ready
         start = jnp.asarray(first, jnp.int32) * ready
         shapes = jax.eval_shape(iterate, states, configs)[1]
-        if source not in shapes and source == FITNESS_METRIC:
-            raise ValueError(f"PBT ranks members by the {FITNESS_METRIC!r} metric, which this algorithm lacks.")
+        source = fitness_source(pbt, shapes)
         metrics = {n: jnp.zeros((capacity, *x.shape), x.dtype) for n, x in shapes.items()}
         blank = {n: jnp.full((size,), jnp.nan, jnp.float32) for n in EVAL_METRICS} if every else {}
         metrics |= {n: jnp.full((capacity, size), jnp.nan, jnp.float32) for n in blank}
         window = jnp.full((ready, size), jnp.nan, jnp.float32)  # the fitness source over the current block
         evaluated = blank.get(EVAL_FITNESS_METRIC)
         key, flag = jax.ShapeDtypeStruct((), keys.dtype), jax.ShapeDtypeStruct((), jnp.bool_)
-        row = jax.eval_shape(ready_record, states, configs, window, key, flag, evaluated)[2]
+        row = jax.eval_shape(ready_record, states, configs, {source: window}, key, flag, evaluated)[2]
         records = jax.tree.map(lambda x: jnp.zeros((blocks, *x.shape), x.dtype), row)
 
         def one_iteration(j, carry):
@@ -104,7 +102,7 @@ def _parts(config, pbt: PBTConfig):
                 states, configs, records = operand
                 b = j // ready
                 states, configs, row = ready_record(
-                    states, configs, window, keys[b], fire[b], out.get(EVAL_FITNESS_METRIC)
+                    states, configs, {source: window}, keys[b], fire[b], out.get(EVAL_FITNESS_METRIC)
                 )
                 return states, configs, jax.tree.map(lambda buf, x: buf.at[b].set(x), records, row)
 
