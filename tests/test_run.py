@@ -111,8 +111,8 @@ def test_evaluating_chunk_traces_for_every_algorithm(name):
     config = module.Config()  # the algorithm's default env (continuous algorithms need a continuous one)
     keys = jax.random.split(jax.random.key(0), 2)
     state = jax.eval_shape(jax.vmap(lambda k: base.initial_state(config, k, algo=module)), keys)
-    program = jax.vmap(run_compile.make_chunk(module, config, 2, eval_episodes=3), in_axes=(0, 0, None))
-    _, metrics, scores = jax.eval_shape(program, state, run_compile.eval_keys(0, 2), np.int32(2))
+    program = jax.vmap(run_compile.make_chunk(module, config, 2, eval_episodes=3), in_axes=(0, 0, None, None))
+    _, metrics, scores = jax.eval_shape(program, state, run_compile.eval_keys(0, 2), np.int32(2), np.bool_(True))
     assert {k: v.shape for k, v in scores.items()} == {k: (2,) for k in run_compile.EVAL_METRICS}
     assert all(v.shape[:2] == (2, 2) for v in jax.tree.leaves(metrics))
 
@@ -347,7 +347,7 @@ def test_a_chunk_writes_the_new_state_over_the_old(evaluated):
     keys = jax.random.split(jax.random.key(0), 2)
     init = run_compile.make_init(dqn, config)
     state = init(keys)
-    eval_args = (run_compile.eval_keys(0, 2), np.int32(2)) if evaluated else ()
+    eval_args = (run_compile.eval_keys(0, 2), np.int32(2), np.bool_(True)) if evaluated else ()
     program = run_compile.make_chunk_program(dqn, config, 2, eval_episodes=2 if evaluated else 0)
     compiled = program.lower(jax.eval_shape(init, keys), *eval_args).compile()
     memory = compiled.memory_analysis()

@@ -1,5 +1,6 @@
 """The runner's compiled programs: the vmapped init, the chunk (`length` iterations of `algo.update` in a
-`lax.scan`, optionally followed by a deterministic evaluation), the chunk plan, compiling them side by side, and
+`lax.scan`, optionally followed by a deterministic evaluation under `lax.cond`, so that a run's chunks with and
+without one are one compiled program), the chunk plan, compiling them side by side, and
 JAX's persistent compilation cache (`enable_compilation_cache`).
 
 The seeds of a run are one batch axis, laid out one of three ways: on one device; over a `seeds_mesh`, each
@@ -185,9 +186,11 @@ def make_chunk(algo: Algorithm, config, length: int, eval_episodes: int = 0):
     """The per-seed chunk program: `length` iterations of `algo.update` in a `lax.scan`.
 
     Without evaluation: `chunk(state) -> (state, metrics)`. With `eval_episodes > 0`:
-    `chunk(state, eval_key, iteration) -> (state, metrics, {eval_return, eval_length, eval_finished})`, the chunk
-    followed by a deterministic evaluation of the new state on `eval_episodes` episodes keyed by
-    `fold_in(eval_key, iteration)`; `eval_return` is NaN when no episode ended within the env's time limit.
+    `chunk(state, eval_key, iteration, evaluate=True) -> (state, metrics, {eval_return, eval_length,
+    eval_finished})`, the chunk followed, where `evaluate` (a traced bool, under `lax.cond`) holds, by a
+    deterministic evaluation of the new state on `eval_episodes` episodes keyed by `fold_in(eval_key, iteration)`;
+    `eval_return` is NaN when no episode ended within the env's time limit, and every score NaN where `evaluate` is
+    False. So one compiled program runs a run's chunks with and without an evaluation.
     """
 
     def chunk(state):
@@ -197,11 +200,18 @@ def make_chunk(algo: Algorithm, config, length: int, eval_episodes: int = 0):
     if not eval_episodes:
         return chunk
 
-    def chunk_and_evaluate(state, eval_key, iteration):
+    def chunk_and_evaluate(state, eval_key, iteration, evaluate=True):
         state, metrics = chunk(state)
-        with parallel.suspended():  # every device plays the same evaluation episodes with its (equal) parameters
-            scores = evaluation_scores(algo, config, state, eval_key, iteration, eval_episodes)
-        return state, metrics, scores
+
+        def scored(state):
+            with parallel.suspended():  # every device plays the same evaluation episodes with its (equal) parameters
+                scores = evaluation_scores(algo, config, state, eval_key, iteration, eval_episodes)
+            return {n: scores[n].astype(jnp.float32) for n in EVAL_METRICS}
+
+        def blank(state):
+            return {n: jnp.full((), jnp.nan, jnp.float32) for n in EVAL_METRICS}
+
+        return state, metrics, jax.lax.cond(evaluate, scored, blank, state)
 
     return chunk_and_evaluate
 
@@ -233,12 +243,12 @@ def make_chunk_program(
     """The jitted chunk over every seed (vmapped `make_chunk`), the seeds split over `seeds_mesh` when given; with
     a `mesh`, over a device-stacked state [D, S, ...] (each device runs the per-device Config; metrics and
     evaluation scores come back replicated). It consumes the state (donated: the new state takes its buffers)."""
-    in_axes = (0, 0, None) if eval_episodes else 0
+    in_axes = (0, 0, None, None) if eval_episodes else 0
     if mesh is None:
         chunk = jax.vmap(make_chunk(algo, config, size, eval_episodes), in_axes=in_axes)
         if seeds_mesh is None:
             return jax.jit(chunk, donate_argnums=0)
-        return _jit_over_seeds(chunk, seeds_mesh, *((2, 1) if eval_episodes else (1, 0)), donate=(0,))
+        return _jit_over_seeds(chunk, seeds_mesh, *((2, 2) if eval_episodes else (1, 0)), donate=(0,))
     chunk = jax.vmap(make_chunk(algo, parallel.local_config(config, mesh.size), size, eval_episodes), in_axes=in_axes)
     stacked, replicated = P(parallel.AXIS), P()
 
@@ -246,7 +256,7 @@ def make_chunk_program(
         out = chunk(parallel.drop_device_axis(state), *args)
         return (parallel.add_device_axis(out[0]), *out[1:])
 
-    in_specs = (stacked, replicated, replicated) if eval_episodes else (stacked,)
+    in_specs = (stacked, replicated, replicated, replicated) if eval_episodes else (stacked,)
     out_specs = (stacked, replicated, replicated) if eval_episodes else (stacked, replicated)
     sharded = parallel.shard(program, mesh, in_specs=in_specs, out_specs=out_specs)
     return _jit_sharded(sharded, mesh, in_specs, out_specs, donate=(0,))
@@ -275,24 +285,26 @@ def compile_programs(
     seeds_mesh=None,
     compiler_options: dict | None = None,
 ):
-    """Compiles one vmapped chunk program per distinct (size, evaluated) of `plan` (over `mesh` or `seeds_mesh`
-    when given; with XLA's `compiler_options`, e.g. `DEVICE_INDEPENDENT_OPTIONS`), and runs `init` on `keys` unless
+    """Compiles one vmapped chunk program per distinct size of `plan` (over `mesh` or `seeds_mesh` when given;
+    with XLA's `compiler_options`, e.g. `DEVICE_INDEPENDENT_OPTIONS`), with the evaluation (its `evaluate`
+    argument saying which chunks play it) when any chunk of `plan` evaluates, and runs `init` on `keys` unless
     `init` is None (a resume). XLA compiles outside the GIL, so the programs compile side by side on separate
-    cores. Returns (initial state or None, {(size, evaluated): compiled chunk})."""
-    iteration_arg = jax.ShapeDtypeStruct((), np.int32)
+    cores. Returns (initial state or None, {size: compiled chunk})."""
+    scalar = jax.ShapeDtypeStruct((), np.int32), jax.ShapeDtypeStruct((), np.bool_)
     layout = dict(mesh=mesh, seeds_mesh=seeds_mesh)
+    with_eval = any(evaluated for _, evaluated in plan)
 
-    def lower(size, with_eval):
+    def lower(size):
         if with_eval:
             program = make_chunk_program(algo, config, size, eval_episodes, **layout)
-            return program.lower(abstract_state, keys_eval, iteration_arg).compile(compiler_options)
+            return program.lower(abstract_state, keys_eval, *scalar).compile(compiler_options)
         return make_chunk_program(algo, config, size, **layout).lower(abstract_state).compile(compiler_options)
 
-    programs = set(plan)
+    programs = {size for size, _ in plan}
     pool = ThreadPoolExecutor(max_workers=1 + len(programs))
     try:
         init_future = None if init is None else pool.submit(lambda: init.lower(keys).compile(compiler_options))
-        futures = {p: pool.submit(lower, *p) for p in programs}
+        futures = {p: pool.submit(lower, p) for p in programs}
         compiled = {p: future.result() for p, future in futures.items()}
         state = None if init_future is None else init_future.result()(keys)
     except BaseException:  # Ctrl-C or a compile error: do not wait for the other compiles to finish

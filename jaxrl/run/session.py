@@ -38,9 +38,9 @@ from jaxrl.run.compile import abstract_state as compile_state_shape
 @dataclasses.dataclass
 class Session:
     """A run between chunks: `state` after `done` iterations, `history` the metrics of every chunk since the
-    start ({name: [seeds, size]}; a resume's first entry is its checkpoint's), the compiled programs of the
-    `chunks` still to run ([(size, evaluated)], the first being chunk `first_chunk` of the run's whole plan),
-    and `saved`, the iteration of the last checkpoint (None: none yet)."""
+    start ({name: [seeds, size]}; a resume's first entry is its checkpoint's), the compiled program of each
+    size of the `chunks` still to run ({size: program}; `chunks` [(size, evaluated)], the first being chunk
+    `first_chunk` of the run's whole plan), and `saved`, the iteration of the last checkpoint (None: none yet)."""
 
     state: Any
     done: int
@@ -56,6 +56,7 @@ class Session:
     saved: int | None
     seeds_split: bool = False  # the state's seeds are split over several devices (`compile.seeds_mesh`)
     seeds: int | None = None  # the run's own seeds, when the state holds more (copies padding a seed split)
+    evaluates: bool = False  # the compiled chunks hold the evaluation (some chunk of `chunks` plays it)
 
     def own_seeds(self, tree):
         """`tree` (seeds on axis 0) without the copies that pad a seed split."""
@@ -65,9 +66,12 @@ class Session:
         """Runs one compiled chunk of `size` iterations from `state`: (new state, metrics, evaluation scores or
         None); the metrics stay on the devices until fetched. The chunk consumes `state` (donated): until
         `advance` takes the new one, there is no state to save."""
-        if evaluated:
-            return self.compiled[size, True](self.state, self.keys_eval, np.int32(self.done + size))
-        (state, metrics), scores = self.compiled[size, False](self.state), None
+        if self.evaluates:
+            state, metrics, scores = self.compiled[size](
+                self.state, self.keys_eval, np.int32(self.done + size), np.bool_(evaluated)
+            )
+            return state, metrics, scores if evaluated else None
+        (state, metrics), scores = self.compiled[size](self.state), None
         return state, metrics, scores
 
     def advance(self, state, metrics: dict, size: int) -> None:
@@ -153,6 +157,7 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
         saved=done if options.resume else None,
         seeds_split=split is not None,
         seeds=options.seeds if trained > options.seeds else None,
+        evaluates=any(evaluated for _, evaluated in chunks),
     )
 
 
