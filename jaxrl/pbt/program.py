@@ -22,7 +22,7 @@ from jaxrl.pbt.population import (
     ready_step,
     validate,
 )
-from jaxrl.run.compile import EVAL_METRICS, EVAL_STREAM, evaluation_scores
+from jaxrl.run.compile import EVAL_STREAM, evaluation_scores, no_evaluation
 
 # ---------------------------------------------------------------------------------------------------------
 # The program
@@ -62,8 +62,7 @@ def _parts(config, pbt: PBTConfig):
         def one(c, s, k):
             return evaluation_scores(algo, c, s, k, iteration, episodes, setup=base.make_setup(c, algo))
 
-        scores = jax.vmap(one)(configs, states, eval_keys)
-        return {n: scores[n].astype(jnp.float32) for n in EVAL_METRICS}
+        return jax.vmap(one)(configs, states, eval_keys)
 
     def ready_record(states, configs, block, key, fire, evaluated):
         fitness = block_fitness(block, pbt)  # block: {the fitness source: [ready, P]}
@@ -78,7 +77,7 @@ def _parts(config, pbt: PBTConfig):
         shapes = jax.eval_shape(iterate, states, configs)[1]
         source = fitness_source(pbt, shapes)
         metrics = {n: jnp.zeros((capacity, *x.shape), x.dtype) for n, x in shapes.items()}
-        blank = {n: jnp.full((size,), jnp.nan, jnp.float32) for n in EVAL_METRICS} if every else {}
+        blank = no_evaluation((size,)) if every else {}
         metrics |= {n: jnp.full((capacity, size), jnp.nan, jnp.float32) for n in blank}
         window = jnp.full((ready, size), jnp.nan, jnp.float32)  # the fitness source over the current block
         evaluated = blank.get(EVAL_FITNESS_METRIC)

@@ -205,31 +205,34 @@ def make_chunk(algo: Algorithm, config, length: int, eval_episodes: int = 0):
 
         def scored(state):
             with parallel.suspended():  # every device plays the same evaluation episodes with its (equal) parameters
-                scores = evaluation_scores(algo, config, state, eval_key, iteration, eval_episodes)
-            return {n: scores[n].astype(jnp.float32) for n in EVAL_METRICS}
+                return evaluation_scores(algo, config, state, eval_key, iteration, eval_episodes)
 
-        def blank(state):
-            return {n: jnp.full((), jnp.nan, jnp.float32) for n in EVAL_METRICS}
-
-        return state, metrics, jax.lax.cond(evaluate, scored, blank, state)
+        return state, metrics, jax.lax.cond(evaluate, scored, lambda state: no_evaluation(), state)
 
     return chunk_and_evaluate
 
 
 def evaluation_scores(algo: Algorithm, config, state, eval_key, iteration, episodes: int, setup=None):
-    """{eval_return, eval_length, eval_finished} of `state`'s deterministic policy on `episodes` fresh episodes
-    keyed by `fold_in(eval_key, iteration)`: the mean return and length of the episodes that ended within the
-    env's time limit (`eval_return` NaN when none did) and the fraction that did. Traceable; `setup` as
+    """{eval_return, eval_length, eval_finished} (float32) of `state`'s deterministic policy on `episodes` fresh
+    episodes keyed by `fold_in(eval_key, iteration)`: the mean return and length of the episodes that ended within
+    the env's time limit (`eval_return` NaN when none did) and the fraction that did. Traceable; `setup` as
     `base.evaluation_policy` takes it."""
     act, normalize = base.evaluation_policy(config, state, deterministic=True, setup=setup, algo=algo)
     key = jax.random.fold_in(eval_key, iteration)
     out = evaluate(config.env, act, key, episodes, normalize=normalize)
     finished = out["finished"] > 0
-    return {
+    scores = {
         "eval_return": jnp.where(finished, out["mean_return"], jnp.nan),
         "eval_length": out["mean_length"],
         "eval_finished": out["finished"] / episodes,
     }
+    return {n: scores[n].astype(jnp.float32) for n in EVAL_METRICS}
+
+
+def no_evaluation(shape: tuple[int, ...] = ()) -> dict[str, jax.Array]:
+    """The scores where no evaluation ran: NaN (float32, `shape`) for each of `EVAL_METRICS`, as
+    `evaluation_scores` gives them where one did."""
+    return {n: jnp.full(shape, jnp.nan, jnp.float32) for n in EVAL_METRICS}
 
 
 def make_chunk_program(
