@@ -52,6 +52,7 @@ def _state_bytes(tree) -> int:
 def measure_case(env: str, buffer_size: int, iterations: int, rounds: int) -> dict:
     """One buffer size, in this process: compile seconds, seconds and extra peak bytes per chunk of each layout."""
     import jax
+    import numpy as np
 
     from jaxrl.algos import dqn
     from jaxrl.run import compile as run_compile
@@ -61,10 +62,12 @@ def measure_case(env: str, buffer_size: int, iterations: int, rounds: int) -> di
     init = run_compile.make_init(dqn, config)
     shape = jax.eval_shape(init, keys)
     start = time.perf_counter()
-    donated = run_compile.make_chunk_program(dqn, config, iterations).lower(shape).compile()
+    length = np.int32(iterations)
+    donated = run_compile.make_chunk_program(dqn, config, iterations).lower(shape, length).compile()
     compiled_s = {"donated": time.perf_counter() - start}
     start = time.perf_counter()
-    copied = jax.jit(jax.vmap(run_compile.make_chunk(dqn, config, iterations))).lower(shape).compile()
+    chunk = jax.vmap(run_compile.make_chunk(dqn, config, iterations), in_axes=(0, None))
+    copied = jax.jit(chunk).lower(shape, length).compile()
     compiled_s["copied"] = time.perf_counter() - start
     programs = {"donated": donated, "copied": copied}
     states = {name: jax.block_until_ready(init(keys)) for name in programs}
@@ -76,7 +79,7 @@ def measure_case(env: str, buffer_size: int, iterations: int, rounds: int) -> di
             resident = _status("VmRSS")
             _reset_peak()
             begin = time.perf_counter()
-            states[name], metrics = programs[name](states[name])
+            states[name], metrics = programs[name](states[name], length)
             jax.block_until_ready((states[name], metrics))
             seconds[name].append(time.perf_counter() - begin)
             extra[name].append(_status("VmHWM") - resident)

@@ -32,7 +32,10 @@ from benchmarks.trees import TREES, short_commit
 EXPLORE = "learning_rate=loguniform:1e-4:1e-2"
 # case: (command line, the flag naming its run folder)
 CASES = {
+    "train ppo": (["train", "ppo"], "--run-dir"),  # chunks of one size
     "train ppo --eval-every 5": (["train", "ppo", "--eval-every", "5"], "--run-dir"),
+    "train trpo": (["train", "trpo"], "--run-dir"),  # 73 iterations: 18 chunks of 4 and one of 1
+    "train impala": (["train", "impala"], "--run-dir"),  # 488 iterations: 19 chunks of 25 and one of 13
     "pbt ppo": (["pbt", "ppo", "--explore", EXPLORE], "--out"),
     "pbt ppo --eval-every 10 --fitness eval": (
         ["pbt", "ppo", "--explore", EXPLORE, "--eval-every", "10", "--fitness", "eval"],

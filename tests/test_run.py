@@ -111,8 +111,9 @@ def test_evaluating_chunk_traces_for_every_algorithm(name):
     config = module.Config()  # the algorithm's default env (continuous algorithms need a continuous one)
     keys = jax.random.split(jax.random.key(0), 2)
     state = jax.eval_shape(jax.vmap(lambda k: base.initial_state(config, k, algo=module)), keys)
-    program = jax.vmap(run_compile.make_chunk(module, config, 2, eval_episodes=3), in_axes=(0, 0, None, None))
-    _, metrics, scores = jax.eval_shape(program, state, run_compile.eval_keys(0, 2), np.int32(2), np.bool_(True))
+    program = jax.vmap(run_compile.make_chunk(module, config, 2, eval_episodes=3), in_axes=(0, 0, None, None, None))
+    eval_args = (run_compile.eval_keys(0, 2), np.int32(2), np.bool_(True))
+    _, metrics, scores = jax.eval_shape(program, state, *eval_args, np.int32(2))
     assert {k: v.shape for k, v in scores.items()} == {k: (2,) for k in run_compile.EVAL_METRICS}
     assert all(v.shape[:2] == (2, 2) for v in jax.tree.leaves(metrics))
 
@@ -349,13 +350,13 @@ def test_a_chunk_writes_the_new_state_over_the_old(evaluated):
     state = init(keys)
     eval_args = (run_compile.eval_keys(0, 2), np.int32(2), np.bool_(True)) if evaluated else ()
     program = run_compile.make_chunk_program(dqn, config, 2, eval_episodes=2 if evaluated else 0)
-    compiled = program.lower(jax.eval_shape(init, keys), *eval_args).compile()
+    compiled = program.lower(jax.eval_shape(init, keys), *eval_args, np.int32(2)).compile()
     memory = compiled.memory_analysis()
     assert memory.alias_size_in_bytes == _bytes(state) > 800 * 2 * 4 * 4 * 2  # the buffer's two observations
     if evaluated:
         return
-    plain = jax.jit(jax.vmap(run_compile.make_chunk(dqn, config, 2)))(state)
-    consumed = compiled(state)
+    plain = jax.jit(jax.vmap(run_compile.make_chunk(dqn, config, 2), in_axes=(0, None)))(state, 2)
+    consumed = compiled(state, np.int32(2))
     assert all(x.is_deleted() for x in jax.tree.leaves(state))
     assert_trees_close(consumed, plain, rtol=0, atol=0)
 

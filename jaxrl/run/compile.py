@@ -1,7 +1,8 @@
 """The runner's compiled programs: the vmapped init, the chunk (`length` iterations of `algo.update` in a
-`lax.scan`, optionally followed by a deterministic evaluation under `lax.cond`, so that a run's chunks with and
-without one are one compiled program), the chunk plan, compiling them side by side, and
-JAX's persistent compilation cache (`enable_compilation_cache`).
+`lax.fori_loop`, `length` an argument, optionally followed by a deterministic evaluation under `lax.cond`, so that
+every chunk of a run, whatever its size and with or without an evaluation, is one compiled program), the chunk
+plan, compiling the init and the chunk side by side, and JAX's persistent compilation cache
+(`enable_compilation_cache`).
 
 The seeds of a run are one batch axis, laid out one of three ways: on one device; over a `seeds_mesh`, each
 device training whole seeds (the seed axis sharded; the seeds never talk to each other, so nothing crosses
@@ -112,8 +113,8 @@ def _jit_over_seeds(fn, mesh: Mesh, split: int, whole: int = 0, donate: tuple[in
 
 
 def chunk_sizes(num_iterations: int, num_chunks: int) -> list[int]:
-    """Splits the iterations into about `num_chunks` equal chunks (one compile); when no divisor of
-    `num_iterations` gives between half and twice `num_chunks` chunks, into chunks of two sizes (two compiles).
+    """Splits the iterations into about `num_chunks` equal chunks; when no divisor of `num_iterations` gives
+    between half and twice `num_chunks` chunks, into equal chunks and a shorter last one (the same program).
     O(num_chunks): only the chunk counts between half and twice `num_chunks` are tried (a tie goes to more
     chunks), never every iteration."""
     num_chunks = max(1, min(num_chunks, num_iterations))
@@ -182,26 +183,38 @@ def abstract_state(algo: Algorithm, config, keys, devices: int):
     return jax.eval_shape(init, keys)
 
 
-def make_chunk(algo: Algorithm, config, length: int, eval_episodes: int = 0):
-    """The per-seed chunk program: `length` iterations of `algo.update` in a `lax.scan`.
+def make_chunk(algo: Algorithm, config, capacity: int, eval_episodes: int = 0):
+    """The per-seed chunk program: `length` iterations of `algo.update` in a `lax.fori_loop`, `length` (traced) at
+    most the static `capacity`, so that chunks of every size up to it are one compiled program. Its metrics are
+    {name: [capacity, ...]}, the rows past `length` zero (`cut_metrics` drops them).
 
-    Without evaluation: `chunk(state) -> (state, metrics)`. With `eval_episodes > 0`:
-    `chunk(state, eval_key, iteration, evaluate=True) -> (state, metrics, {eval_return, eval_length,
+    Without evaluation: `chunk(state, length) -> (state, metrics)`. With `eval_episodes > 0`:
+    `chunk(state, eval_key, iteration, evaluate, length) -> (state, metrics, {eval_return, eval_length,
     eval_finished})`, the chunk followed, where `evaluate` (a traced bool, under `lax.cond`) holds, by a
     deterministic evaluation of the new state on `eval_episodes` episodes keyed by `fold_in(eval_key, iteration)`;
     `eval_return` is NaN when no episode ended within the env's time limit, and every score NaN where `evaluate` is
     False. So one compiled program runs a run's chunks with and without an evaluation.
     """
 
-    def chunk(state):
+    def chunk(state, length):
         setup = base.make_setup(config, algo)
-        return jax.lax.scan(lambda s, _: base.iteration(algo, setup, config, s), state, None, length=length)
+        # jitted so that its trace for the metrics' shapes is the one the loop reuses (one trace, not two)
+        iterate = jax.jit(lambda s: base.iteration(algo, setup, config, s))
+        shapes = jax.eval_shape(iterate, state)[1]
+        rows = jax.tree.map(lambda x: jnp.zeros((capacity, *x.shape), x.dtype), shapes)
+
+        def one(i, carry):
+            state, rows = carry
+            state, metrics = iterate(state)
+            return state, jax.tree.map(lambda buf, x: buf.at[i].set(x), rows, metrics)
+
+        return jax.lax.fori_loop(0, length, one, (state, rows))
 
     if not eval_episodes:
         return chunk
 
-    def chunk_and_evaluate(state, eval_key, iteration, evaluate=True):
-        state, metrics = chunk(state)
+    def chunk_and_evaluate(state, eval_key, iteration, evaluate, length):
+        state, metrics = chunk(state, length)
 
         def scored(state):
             with parallel.suspended():  # every device plays the same evaluation episodes with its (equal) parameters
@@ -210,6 +223,11 @@ def make_chunk(algo: Algorithm, config, length: int, eval_episodes: int = 0):
         return state, metrics, jax.lax.cond(evaluate, scored, lambda state: no_evaluation(), state)
 
     return chunk_and_evaluate
+
+
+def cut_metrics(metrics: dict, size: int) -> dict:
+    """A chunk's metrics {name: [seeds, capacity, ...]} (host arrays) cut to the `size` iterations it ran."""
+    return jax.tree.map(lambda x: x[:, :size], metrics)
 
 
 def evaluation_scores(algo: Algorithm, config, state, eval_key, iteration, episodes: int, setup=None):
@@ -238,28 +256,30 @@ def no_evaluation(shape: tuple[int, ...] = ()) -> dict[str, jax.Array]:
 def make_chunk_program(
     algo: Algorithm,
     config,
-    size: int,
+    capacity: int,
     eval_episodes: int = 0,
     mesh: Mesh | None = None,
     seeds_mesh: Mesh | None = None,
 ):
-    """The jitted chunk over every seed (vmapped `make_chunk`), the seeds split over `seeds_mesh` when given; with
-    a `mesh`, over a device-stacked state [D, S, ...] (each device runs the per-device Config; metrics and
-    evaluation scores come back replicated). It consumes the state (donated: the new state takes its buffers)."""
-    in_axes = (0, 0, None, None) if eval_episodes else 0
+    """The jitted chunk over every seed (vmapped `make_chunk`, chunks of at most `capacity` iterations, their
+    number the last argument), the seeds split over `seeds_mesh` when given; with a `mesh`, over a device-stacked
+    state [D, S, ...] (each device runs the per-device Config; metrics and evaluation scores come back
+    replicated). It consumes the state (donated: the new state takes its buffers)."""
+    in_axes = (0, 0, None, None, None) if eval_episodes else (0, None)
     if mesh is None:
-        chunk = jax.vmap(make_chunk(algo, config, size, eval_episodes), in_axes=in_axes)
+        chunk = jax.vmap(make_chunk(algo, config, capacity, eval_episodes), in_axes=in_axes)
         if seeds_mesh is None:
             return jax.jit(chunk, donate_argnums=0)
-        return _jit_over_seeds(chunk, seeds_mesh, *((2, 2) if eval_episodes else (1, 0)), donate=(0,))
-    chunk = jax.vmap(make_chunk(algo, parallel.local_config(config, mesh.size), size, eval_episodes), in_axes=in_axes)
+        return _jit_over_seeds(chunk, seeds_mesh, *((2, 3) if eval_episodes else (1, 1)), donate=(0,))
+    local = parallel.local_config(config, mesh.size)
+    chunk = jax.vmap(make_chunk(algo, local, capacity, eval_episodes), in_axes=in_axes)
     stacked, replicated = P(parallel.AXIS), P()
 
     def program(state, *args):
         out = chunk(parallel.drop_device_axis(state), *args)
         return (parallel.add_device_axis(out[0]), *out[1:])
 
-    in_specs = (stacked, replicated, replicated, replicated) if eval_episodes else (stacked,)
+    in_specs = (stacked, *(replicated,) * (len(in_axes) - 1))
     out_specs = (stacked, replicated, replicated) if eval_episodes else (stacked, replicated)
     sharded = parallel.shard(program, mesh, in_specs=in_specs, out_specs=out_specs)
     return _jit_sharded(sharded, mesh, in_specs, out_specs, donate=(0,))
@@ -281,40 +301,32 @@ def compile_programs(
     init,
     keys,
     abstract_state,
-    plan,
+    capacity: int,
     eval_episodes: int,
     keys_eval,
     mesh=None,
     seeds_mesh=None,
     compiler_options: dict | None = None,
 ):
-    """Compiles one vmapped chunk program per distinct size of `plan` (over `mesh` or `seeds_mesh` when given;
-    with XLA's `compiler_options`, e.g. `DEVICE_INDEPENDENT_OPTIONS`), with the evaluation (its `evaluate`
-    argument saying which chunks play it) when any chunk of `plan` evaluates, and runs `init` on `keys` unless
-    `init` is None (a resume). XLA compiles outside the GIL, so the programs compile side by side on separate
-    cores. Returns (initial state or None, {size: compiled chunk})."""
-    scalar = jax.ShapeDtypeStruct((), np.int32), jax.ShapeDtypeStruct((), np.bool_)
-    layout = dict(mesh=mesh, seeds_mesh=seeds_mesh)
-    with_eval = any(evaluated for _, evaluated in plan)
-
-    def lower(size):
-        if with_eval:
-            program = make_chunk_program(algo, config, size, eval_episodes, **layout)
-            return program.lower(abstract_state, keys_eval, *scalar).compile(compiler_options)
-        return make_chunk_program(algo, config, size, **layout).lower(abstract_state).compile(compiler_options)
-
-    programs = {size for size, _ in plan}
-    pool = ThreadPoolExecutor(max_workers=1 + len(programs))
+    """Compiles the vmapped chunk program for chunks of at most `capacity` iterations (over `mesh` or
+    `seeds_mesh` when given; with XLA's `compiler_options`, e.g. `DEVICE_INDEPENDENT_OPTIONS`), with the
+    evaluation (its `evaluate` argument saying which chunks play it) when `eval_episodes` > 0, and runs `init` on
+    `keys` unless `init` is None (a resume). XLA compiles outside the GIL, so the init and the chunk compile side
+    by side on separate cores. Returns (initial state or None, compiled chunk, None for a `capacity` of 0)."""
+    length = jax.ShapeDtypeStruct((), np.int32)
+    evaluation = (keys_eval, length, jax.ShapeDtypeStruct((), np.bool_)) if eval_episodes else ()
+    program = make_chunk_program(algo, config, capacity, eval_episodes, mesh=mesh, seeds_mesh=seeds_mesh)
+    pool = ThreadPoolExecutor(max_workers=2)
     try:
         init_future = None if init is None else pool.submit(lambda: init.lower(keys).compile(compiler_options))
-        futures = {p: pool.submit(lower, p) for p in programs}
-        compiled = {p: future.result() for p, future in futures.items()}
+        compile_chunk = lambda: program.lower(abstract_state, *evaluation, length).compile(compiler_options)  # noqa: E731
+        chunk = pool.submit(compile_chunk).result() if capacity else None  # a Ctrl-C reaches this thread at once
         state = None if init_future is None else init_future.result()(keys)
-    except BaseException:  # Ctrl-C or a compile error: do not wait for the other compiles to finish
+    except BaseException:  # Ctrl-C or a compile error: do not wait for the other compile to finish
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
-    return state, compiled
+    return state, chunk
 
 
 def _bytes(tree) -> int:

@@ -338,7 +338,7 @@ def _train(plan: Plan, held: session.Session, claim: folder.Claim, run_dir: Path
             chunk_start = time.perf_counter()
             with stop.taking_chunk():  # the chunk consumes held.state: a stop waits until its result is held
                 new_state, metrics, scores = held.chunk(size, evaluated)
-                metrics = held.own_seeds(hosts.to_host(metrics))  # blocks until the chunk is finished
+                metrics = held.on_host(metrics, size)
                 if o.eval_every:
                     metrics = _with_eval_columns(metrics, held.own_seeds(hosts.to_host(scores)), o.seeds, size)
                 _check_finite(plan, held, metrics, hosts.to_host(getattr(new_state, "params", None)), size)

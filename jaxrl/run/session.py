@@ -1,4 +1,4 @@
-"""A training session: what a run holds between its compiled chunks. `start` compiles the chunk programs (and,
+"""A training session: what a run holds between its compiled chunks. `start` compiles the chunk program (and,
 for a resume, restores the latest checkpoint, on process 0 and handed to the others); `Session.chunk` runs one
 compiled chunk, `Session.save` checkpoints the state with every iteration's metrics, `open_sinks` opens the
 logs (a resume rewrites them from the checkpoint's metrics).
@@ -24,6 +24,7 @@ from jaxrl.run.compile import (
     chunk_plan,
     compile_programs,
     compiler_options,
+    cut_metrics,
     eval_keys,
     make_chunk_program,
     make_init,
@@ -38,14 +39,15 @@ from jaxrl.run.compile import abstract_state as compile_state_shape
 @dataclasses.dataclass
 class Session:
     """A run between chunks: `state` after `done` iterations, `history` the metrics of every chunk since the
-    start ({name: [seeds, size]}; a resume's first entry is its checkpoint's), the compiled program of each
-    size of the `chunks` still to run ({size: program}; `chunks` [(size, evaluated)], the first being chunk
+    start ({name: [seeds, size]}; a resume's first entry is its checkpoint's), the one compiled program of every
+    chunk of the run (`compile.make_chunk_program`, as long as the whole plan's longest chunk, so that a resume
+    compiles the same program), the `chunks` still to run ([(size, evaluated)], the first being chunk
     `first_chunk` of the run's whole plan), and `saved`, the iteration of the last checkpoint (None: none yet)."""
 
     state: Any
     done: int
     history: list
-    compiled: dict
+    compiled: Any
     chunks: list
     first_chunk: int
     keys_eval: Any
@@ -56,7 +58,7 @@ class Session:
     saved: int | None
     seeds_split: bool = False  # the state's seeds are split over several devices (`compile.seeds_mesh`)
     seeds: int | None = None  # the run's own seeds, when the state holds more (copies padding a seed split)
-    evaluates: bool = False  # the compiled chunks hold the evaluation (some chunk of `chunks` plays it)
+    evaluates: bool = False  # the compiled chunk holds the evaluation (some chunk of the run's plan plays it)
 
     def own_seeds(self, tree):
         """`tree` (seeds on axis 0) without the copies that pad a seed split."""
@@ -66,13 +68,18 @@ class Session:
         """Runs one compiled chunk of `size` iterations from `state`: (new state, metrics, evaluation scores or
         None); the metrics stay on the devices until fetched. The chunk consumes `state` (donated): until
         `advance` takes the new one, there is no state to save."""
+        length = np.int32(size)
         if self.evaluates:
-            state, metrics, scores = self.compiled[size](
-                self.state, self.keys_eval, np.int32(self.done + size), np.bool_(evaluated)
-            )
+            iteration, evaluate = np.int32(self.done + size), np.bool_(evaluated)
+            state, metrics, scores = self.compiled(self.state, self.keys_eval, iteration, evaluate, length)
             return state, metrics, scores if evaluated else None
-        (state, metrics), scores = self.compiled[size](self.state), None
-        return state, metrics, scores
+        state, metrics = self.compiled(self.state, length)
+        return state, metrics, None
+
+    def on_host(self, metrics, size: int) -> dict:
+        """A chunk's metrics from `chunk` on the host: this run's own seeds and the `size` iterations it ran
+        (blocks until the chunk is finished)."""
+        return cut_metrics(self.own_seeds(hosts.to_host(metrics)), size)
 
     def advance(self, state, metrics: dict, size: int) -> None:
         """Takes a finished chunk: its state, its metrics {name: [seeds, size]} on the host."""
@@ -126,6 +133,7 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
         history = [restored]
     whole = chunk_plan(config.num_iterations, options.num_chunks, options.eval_every)  # the run's, not the resume's
     first_chunk, chunks = rest_of_plan(whole, done)
+    evaluates = any(evaluated for _, evaluated in whole)
     if split is not None:  # where the compiled programs take them
         keys, keys_eval = _put_seeds((keys, keys_eval), split)
     initial, compiled = compile_programs(
@@ -134,8 +142,8 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
         None if options.resume else init,
         keys,
         abstract_state,
-        chunks,
-        options.eval_episodes,
+        max(size for size, _ in whole) if chunks else 0,
+        options.eval_episodes if evaluates else 0,
         keys_eval,
         mesh,
         split,
@@ -157,7 +165,7 @@ def start(plan, keys, info: dict, checkpoints: Path | None) -> Session:
         saved=done if options.resume else None,
         seeds_split=split is not None,
         seeds=options.seeds if trained > options.seeds else None,
-        evaluates=any(evaluated for _, evaluated in chunks),
+        evaluates=evaluates,
     )
 
 
@@ -215,7 +223,7 @@ def _put_seeds(tree, mesh, like=None):
 def _metrics_like(algo: Algorithm, config, abstract_state, mesh, done: int, evaluated: bool) -> dict:
     """The shapes and dtypes of `done` iterations of metrics {name: [seeds, done]}, as process 0's checkpoint
     holds them (with the evaluation columns of `_with_eval_columns` when the run evaluates)."""
-    _, one = jax.eval_shape(make_chunk_program(algo, config, 1, mesh=mesh), abstract_state)
+    _, one = jax.eval_shape(make_chunk_program(algo, config, 1, mesh=mesh), abstract_state, np.int32(1))
     like = {k: jax.ShapeDtypeStruct((*v.shape[:-1], done), v.dtype) for k, v in one.items()}
     seeds = next(iter(one.values())).shape[0]
     if evaluated:
