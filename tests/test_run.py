@@ -95,6 +95,40 @@ def test_evaluation_in_chunks_is_logged_and_changes_no_training_number(chunked, 
     assert json.loads((tmp_path / "config.json").read_text())["eval"] == {"every": 2, "episodes": 4}
 
 
+@pytest.mark.slow
+def test_a_run_and_its_resume_inside_a_chunk_run_one_chunk_program(chunked, tmp_path, monkeypatch):
+    """Every chunk of a run is one compiled program, as long as the run's longest chunk: 7 iterations in chunks
+    of 3, 3 and 1 compile one program of 3. A resume from iteration 5 (a checkpoint of --chunks 7) with --chunks 3
+    runs its last two chunks of 1 in that same program of 3 (so JAX's persistent cache holds it) and trains to the
+    uninterrupted run's numbers, bit for bit."""
+    capacities = []
+    program = run_compile.make_chunk_program
+
+    def spy(algo, config, capacity, *args, **kwargs):
+        capacities.append(capacity)
+        return program(algo, config, capacity, *args, **kwargs)
+
+    class StopAfterFiveIterations:  # a Ctrl-C once iteration 5's metrics are written: the run checkpoints there
+        def write(self, metrics, first_iteration, *args):
+            if first_iteration + next(iter(metrics.values())).shape[1] == 5:
+                raise KeyboardInterrupt
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(run_compile, "make_chunk_program", spy)
+    with pytest.raises(loop.Interrupted):
+        loop.run(ppo, CONFIG, seeds=2, seed=3, num_chunks=7, run_dir=tmp_path, progress=False,
+                 sinks=[StopAfterFiveIterations()])  # fmt: skip
+    assert checkpoint.latest_iteration(tmp_path / "checkpoints") == 5
+    resumed = loop.run(ppo, CONFIG, seeds=2, seed=3, num_chunks=3, run_dir=tmp_path, resume=True, progress=False)
+    assert capacities == [1, 3]  # the first run's chunks of 1; the resume's plan 3 + 3 + 1, of which 1 + 1 are left
+    uninterrupted, _ = chunked
+    assert_trees_close(resumed.state, uninterrupted.state, rtol=0, atol=0)
+    for name, values in uninterrupted.metrics.items():
+        np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
+
+
 def test_eval_keys_are_their_own_stream():
     train_keys = jax.random.key_data(jax.random.split(jax.random.key(3), 4))
     eval_keys = jax.random.key_data(run_compile.eval_keys(3, 4))

@@ -1,5 +1,6 @@
 """The chunk loop: `run(algo, config, seeds=S)` trains S seeds under one `jax.vmap`, executing `algo.update` in
-compiled chunks of `lax.scan`, with host work (sinks, progress bar, divergence checks, checkpoints) in between.
+compiled chunks (every chunk one program, `jaxrl.run.compile`), with host work (sinks, progress bar, divergence
+checks, checkpoints) in between.
 
 It gives exactly the numbers of `jax.vmap(algo.make_train(config))(keys)`: the chunks are the same pure
 iteration applied to the same state, only split across calls. With `seed_devices=D` the seeds are split over D
