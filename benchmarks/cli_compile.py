@@ -18,6 +18,7 @@ import argparse
 import csv
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -127,7 +128,7 @@ def main(argv=None) -> None:
         )
     commits = {name: short_commit(tree) for name, tree in trees.items()}
     where = machine()
-    used = " ".join(sys.argv[1:] if argv is None else argv)
+    used = shlex.join(sys.argv[1:] if argv is None else argv)
     loads = [round(x, 2) for x in load_before], [round(x, 2) for x in os.getloadavg()]
     header = [
         "# `jaxrl train` and `jaxrl pbt`: compile and run seconds, two source trees",
