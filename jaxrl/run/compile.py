@@ -316,10 +316,13 @@ def compile_programs(
     length = jax.ShapeDtypeStruct((), np.int32)
     evaluation = (keys_eval, length, jax.ShapeDtypeStruct((), np.bool_)) if eval_episodes else ()
     program = make_chunk_program(algo, config, capacity, eval_episodes, mesh=mesh, seeds_mesh=seeds_mesh)
+
+    def compile_chunk():
+        return program.lower(abstract_state, *evaluation, length).compile(compiler_options)
+
     pool = ThreadPoolExecutor(max_workers=2)
     try:
         init_future = None if init is None else pool.submit(lambda: init.lower(keys).compile(compiler_options))
-        compile_chunk = lambda: program.lower(abstract_state, *evaluation, length).compile(compiler_options)  # noqa: E731
         chunk = pool.submit(compile_chunk).result() if capacity else None  # a Ctrl-C reaches this thread at once
         state = None if init_future is None else init_future.result()(keys)
     except BaseException:  # Ctrl-C or a compile error: do not wait for the other compile to finish
