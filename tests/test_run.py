@@ -99,8 +99,8 @@ def test_evaluation_in_chunks_is_logged_and_changes_no_training_number(chunked, 
 def test_a_run_and_its_resume_inside_a_chunk_run_one_chunk_program(chunked, tmp_path, monkeypatch):
     """Every chunk of a run is one compiled program, as long as the run's longest chunk: 7 iterations in chunks
     of 3, 3 and 1 compile one program of 3. A resume from iteration 5 (a checkpoint of --chunks 7) with --chunks 3
-    runs its last two chunks of 1 in that same program of 3 (so JAX's persistent cache holds it) and trains to the
-    uninterrupted run's numbers, bit for bit."""
+    runs its last two chunks of 1 in the program of its whole plan, of 3 (the one a run with --chunks 3 compiles,
+    not one of 1), and trains to the uninterrupted run's numbers, bit for bit."""
     capacities = []
     program = run_compile.make_chunk_program
 
