@@ -37,7 +37,6 @@ import dataclasses
 import json
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +55,15 @@ from jaxrl.pbt.lineage import Lineage
 from jaxrl.pbt.population import PBTConfig, validate
 from jaxrl.pbt.program import fire_schedule, make_chunk, make_start, step_keys
 from jaxrl.run import checkpoint, folder, hosts
-from jaxrl.run.compile import cache_events, cache_note, chunk_sizes, compiler_options, eval_keys
+from jaxrl.run.compile import (
+    cache_events,
+    cache_note,
+    chunk_sizes,
+    compiler_options,
+    cut_metrics,
+    eval_keys,
+    side_by_side,
+)
 from jaxrl.run.loop import Interrupted
 from jaxrl.run.signals import DeferredStop, TermAsInterrupt, signum_of
 from jaxrl.sweep import gather
@@ -331,17 +338,11 @@ class _Session:
         # one program for every chunk of the plan (the whole plan's longest, so that a resume compiles the same):
         # a chunk's length is an argument
         self.capacity = max(n * self.pbt.ready + tail for _, n, tail in self.plan)
-        pool = ThreadPoolExecutor(max_workers=2)
-        try:
-            starting = None if resume else pool.submit(lambda: start.lower(self.key).compile(self.options))
-            chunk = pool.submit(self._compile_chunk, population) if self.todo else None
-            if starting is not None:
-                self.states, self.configs = starting.result()(self.key)
-            self.compiled = None if chunk is None else chunk.result()
-        except BaseException:  # Ctrl-C or a compile error: do not wait for the other compile to finish
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown()
+        compile_start = None if resume else lambda: start.lower(self.key).compile(self.options)
+        compile_chunk = (lambda: self._compile_chunk(population)) if self.todo else None
+        compiled_start, self.compiled = side_by_side(compile_start, compile_chunk)
+        if compiled_start is not None:
+            self.states, self.configs = compiled_start(self.key)
         self.compile_s = time.perf_counter() - begin
 
     def _compile_chunk(self, population):
@@ -476,7 +477,7 @@ class _Session:
 def _cut(metrics: dict[str, np.ndarray], part: Lineage, blocks: int, length: int):
     """A chunk's own metrics (its first `length` iterations) and lineage (its first `blocks` ready steps) of the
     compiled chunk's outputs, which hold as many as its longest chunk."""
-    return {k: v[:, :length] for k, v in metrics.items()}, jax.tree.map(lambda x: x[:blocks], part)
+    return cut_metrics(metrics, length), jax.tree.map(lambda x: x[:blocks], part)
 
 
 def restore_on_lead(directory: Path, like, info: dict) -> tuple[int, Any, dict[str, np.ndarray]]:

@@ -320,16 +320,24 @@ def compile_programs(
     def compile_chunk():
         return program.lower(abstract_state, *evaluation, length).compile(compiler_options)
 
-    pool = ThreadPoolExecutor(max_workers=2)
+    compile_init = None if init is None else lambda: init.lower(keys).compile(compiler_options)
+    compiled_init, chunk = side_by_side(compile_init, compile_chunk if capacity else None)
+    return (None if compiled_init is None else compiled_init(keys)), chunk
+
+
+def side_by_side(*calls):
+    """The results of `calls` (functions of no argument; None: skipped, its result None), each called in a
+    thread of its own: XLA compiles outside the GIL, so compiles run on separate cores. The wait is in this
+    thread, where a Ctrl-C arrives at once; a Ctrl-C or an error does not wait for the other calls to finish."""
+    pool = ThreadPoolExecutor(max_workers=max(1, sum(call is not None for call in calls)))
     try:
-        init_future = None if init is None else pool.submit(lambda: init.lower(keys).compile(compiler_options))
-        chunk = pool.submit(compile_chunk).result() if capacity else None  # a Ctrl-C reaches this thread at once
-        state = None if init_future is None else init_future.result()(keys)
-    except BaseException:  # Ctrl-C or a compile error: do not wait for the other compile to finish
+        futures = [None if call is None else pool.submit(call) for call in calls]
+        results = [None if future is None else future.result() for future in futures]
+    except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
-    return state, chunk
+    return results
 
 
 def _bytes(tree) -> int:
