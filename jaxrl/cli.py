@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -185,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Exception) as error:
         if debug:
             raise
-        if isinstance(error, KeyboardInterrupt):
-            status, text = 130, "interrupted"
+        if isinstance(error, KeyboardInterrupt):  # a stop signal the command did not report itself
+            signum = getattr(error, "signum", signal.SIGINT)  # a SIGTERM's `jaxrl.run.signals.Stop` says so
+            status = 128 + signum
+            text = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
         elif isinstance(error, user_errors()):
             status, text = 2, f"error: {one_line(error)}"
         else:  # a bug, not a user error: still one line, the traceback with --debug

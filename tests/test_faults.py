@@ -35,7 +35,7 @@ import pytest
 from conftest import assert_trees_close, default_sigint
 from jaxrl import cli
 from jaxrl.algos import dqn, ppo
-from jaxrl.run import checkpoint, compile, folder, logging, loop, report, session
+from jaxrl.run import checkpoint, compile, folder, logging, loop, report, session, signals
 from jaxrl.sweep import summary
 
 TINY = (
@@ -944,6 +944,66 @@ def test_resume_evaluates_at_the_uninterrupted_runs_iterations(tmp_path, monkeyp
     steps = CONFIG.env_steps_per_iteration * np.arange(1, 7)
     assert _tensorboard_steps(tmp_path / "b" / "tensorboard", "value_loss") == list(steps)
     assert _tensorboard_steps(tmp_path / "a" / "tensorboard", "value_loss") == list(steps)
+
+
+def _stop_once_locked(monkeypatch) -> None:
+    """Makes the next run meet a SIGTERM right after it took its folder's lock, while it claims the folder."""
+    acquire = folder.RunLock.acquire
+
+    def acquire_then_stop(self):
+        acquire(self)
+        monkeypatch.setattr(folder.RunLock, "acquire", acquire)
+        raise signals.Stop(signal.SIGTERM)
+
+    monkeypatch.setattr(folder.RunLock, "acquire", acquire_then_stop)
+
+
+def test_a_sigterm_while_a_new_run_claims_its_folder_exits_143_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """A SIGTERM that lands while a new run claims its folder (its lock taken, its checks not done) stops the run
+    as a SIGTERM while compiling does: exit 143, one line that says so, the folder and its lock removed. A
+    population's run (`pbt.run`) stops the same way."""
+    from jaxrl import pbt
+
+    _stop_once_locked(monkeypatch)
+    run = tmp_path / "run"
+    code, _, err = call(["train", "ppo", *TINY.split(), "--run-dir", str(run)], capsys)
+    assert code == 143, err
+    assert err.splitlines() == [
+        f"jaxrl: stopped by SIGTERM during compilation: nothing was trained and {run} was left as it was before. "
+        "Continue with: the same command"
+    ]
+    assert not run.exists()
+    _stop_once_locked(monkeypatch)
+    population = pbt.PBTConfig(population=4, ready=2, explore={"learning_rate": "loguniform:1e-4:1e-2"})
+    with pytest.raises(loop.Interrupted) as stop:
+        pbt.run(CONFIG, population, tmp_path / "population", progress=False)
+    assert stop.value.exit_status == 143 and stop.value.compiling
+    assert not (tmp_path / "population").exists()
+
+
+@pytest.mark.slow
+def test_a_sigterm_while_a_resume_claims_its_folder_exits_143_and_changes_nothing(run_copy, monkeypatch, capsys):
+    """A SIGTERM right after a resume took its folder's lock: exit 143, one line, the lock released and every
+    file as it was; the resume then runs."""
+    before = snapshot(run_copy)
+    _stop_once_locked(monkeypatch)
+    code, _, err = call(["train", "ppo", "--resume", str(run_copy), "--no-progress"], capsys)
+    assert code == 143 and len(err.splitlines()) == 1 and "stopped by SIGTERM during compilation" in err, err
+    assert snapshot(run_copy) == before and not (run_copy / folder.LOCK).exists()
+    assert call(["train", "ppo", "--resume", str(run_copy), "--no-progress"], capsys)[0] == 0
+
+
+def test_a_stop_signal_no_command_reported_exits_by_its_number(monkeypatch, capsys):
+    """A stop signal that reaches the command line unreported (no run's `Interrupted`) still exits as a shell
+    reports the signal: 130 and "interrupted" for Ctrl-C, 143 and "stopped by SIGTERM" for a SIGTERM."""
+    for error, code, words in ((KeyboardInterrupt(), 130, "interrupted"),
+                               (signals.Stop(signal.SIGTERM), 143, "stopped by SIGTERM")):  # fmt: skip
+
+        def command(args, error=error):
+            raise error
+
+        monkeypatch.setitem(cli.RUNNERS, "report", command)
+        assert call(["report", "x"], capsys)[::2] == (code, f"jaxrl: {words}\n")
 
 
 @pytest.mark.slow

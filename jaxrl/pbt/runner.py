@@ -263,10 +263,11 @@ def run(
     out = None if out is None else Path(out)
     log = log if log is not None and hosts.lead() else (lambda text: None)
     with TermAsInterrupt():
-        claim = folder.claim(out, resume, info)
-        resume = resume and not claim.restarted
+        claim = folder.Claim()  # nothing held yet: a stop while claiming finds the claim undone (`folder.claim`)
         try:
             try:
+                claim = folder.claim(out, resume, info)
+                resume = resume and not claim.restarted
                 if claim.written:
                     (out / "config.json").write_text(json.dumps(info, indent=2))
                     claim.written += [out / n for n in ("lineage.csv", "lineage.png", "summary.json")]

@@ -280,8 +280,8 @@ def claim_resume(run_dir: Path, info: dict) -> tuple[RunLock, bool]:
     if not (run_dir / "config.json").is_file():
         raise CheckpointError(f"no checkpoint in {run_dir}: it is not a run folder (no config.json).")
     lock = RunLock(run_dir)
-    lock.acquire()
     try:
+        lock.acquire()
         try:
             saved = json.loads((run_dir / "config.json").read_text())
         except (OSError, ValueError) as error:
@@ -366,7 +366,8 @@ class Claim:
 
 def claim(run_dir: Path | None, resume: bool, info: dict) -> Claim:
     """Claims `run_dir` for a run with config.json `info` (process 0 does; the others wait for it): a resume
-    locks it and checks its config.json (`claim_resume`), a new run creates and locks it (`claim_new`)."""
+    locks it and checks its config.json (`claim_resume`), a new run creates and locks it (`claim_new`). An error
+    or a stop signal while it claims releases the lock and removes what a new run made."""
     from jaxrl.run import hosts
 
     if run_dir is None:

@@ -267,17 +267,18 @@ def execute(plan: Plan) -> RunResult:
     info = folder.run_info(plan.name, o.seeds, o.seed, plan.config, o.eval_every, o.eval_episodes, o.device_independent)
     run_dir = None if o.run_dir is None else Path(o.run_dir)
     with TermAsInterrupt():
-        claim = folder.claim(run_dir, o.resume, info)
-        if claim.restarted:  # nothing to resume: from iteration 0, with the same settings
-            if hosts.lead():
-                print(
-                    f"jaxrl: {run_dir} held a run stopped before its first checkpoint: starting it over",
-                    file=sys.stderr,
-                )
-            plan = plan.with_options(resume=False)
-            o = plan.options
+        claim = folder.Claim()  # nothing held yet: a stop while claiming finds the claim undone (`folder.claim`)
         try:
             try:
+                claim = folder.claim(run_dir, o.resume, info)
+                if claim.restarted:  # nothing to resume: from iteration 0, with the same settings
+                    if hosts.lead():
+                        print(
+                            f"jaxrl: {run_dir} held a run stopped before its first checkpoint: starting it over",
+                            file=sys.stderr,
+                        )
+                    plan = plan.with_options(resume=False)
+                    o = plan.options
                 if claim.written:
                     (run_dir / "config.json").write_text(json.dumps(info, indent=2))
                 status = o.status and hosts.lead() and sys.stderr.isatty()  # a terminal: say what is happening
