@@ -3,16 +3,35 @@ import shutil
 import signal
 import tempfile
 
-# Test processes (and the CLI subprocesses they start) compile for speed of compiling, since compiling is most of
-# what the suite does: XLA's optimisation level 1 instead of the runner's 2 (`jaxrl.run.compile.CPU_COMPILE_OPTIONS`;
-# level 1 took about half the seconds of XLA's default 3), and XLA CPU's older loop emitters instead of its MLIR
-# fusion emitters (about a third less again, for programs that run up to twice as slowly, which the suite's small
-# programs do not notice). The numbers differ from the runner's in the last bits, so the golden cases
-# (tests/golden_cases.py) ask for the runner's options back.
+# Compiling is most of what the suite does, so its programs compile for speed of compiling, with XLA CPU's older loop
+# emitters instead of its MLIR fusion emitters (about a third fewer seconds, for programs that run up to twice as
+# slowly, which the suite's small programs do not notice), at two optimisation levels:
+# - FAST_COMPILE, level 1 instead of the runner's 2 (`jaxrl.run.compile.CPU_COMPILE_OPTIONS`; level 1 took about
+#   half the seconds of XLA's default 3): the programs the runner compiles (its options take the level XLA_FLAGS
+#   names), in the test process and in the CLI subprocesses tests start. At it, as at the runner's level 2, two
+#   programs of one computation round alike (a run in chunks and in one program), which tests check bit for bit.
+# - QUICK_COMPILE, level 0: what a test compiles itself (`jax.jit` of a function), in about 0.6x the seconds of
+#   level 1; its programs round differently from one another in the last bits. A test that compares its own program
+#   with the runner's bit for bit compiles it with the runner's options (`jaxrl.run.compile.compiler_options()`).
+# The numbers differ from the runner's in the last bits, so the golden cases (tests/golden_cases.py) ask for the
+# runner's options back.
 FAST_COMPILE = "--xla_backend_optimization_level=1 --xla_cpu_use_fusion_emitters=false"
-for flag in FAST_COMPILE.split():
-    if flag.partition("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+QUICK_COMPILE = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+
+
+def _with_flags(flags: str, given: str) -> str:
+    """`given` XLA_FLAGS with each of `flags` added where `given` does not set it already."""
+    for flag in flags.split():
+        if flag.partition("=")[0] not in given:
+            given = f"{given} {flag}".strip()
+    return given
+
+
+# the XLA_FLAGS the suite was started with (a level they name wins at both places); pytest-xdist's workers inherit
+# the controlling process's environment, whose XLA_FLAGS are FAST_COMPILE's by then
+_GIVEN_ENV = "JAXRL_TESTS_GIVEN_XLA_FLAGS"
+_GIVEN_FLAGS = os.environ.setdefault(_GIVEN_ENV, os.environ.get("XLA_FLAGS", ""))
+os.environ["XLA_FLAGS"] = _with_flags(QUICK_COMPILE, _GIVEN_FLAGS)  # read once, when JAX's backend starts below
 
 # One persistent compilation cache for the whole session, shared by the pytest-xdist workers (in-process training)
 # and by the CLI subprocesses tests start (through JAXRL_COMPILE_CACHE, the default of --compile-cache): the suite
@@ -29,13 +48,14 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from jaxrl.render import prefer_offscreen_gl  # noqa: E402
-from jaxrl.run.compile import enable_compilation_cache  # noqa: E402
+from jaxrl.run.compile import compiler_options, enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache(COMPILE_CACHE)
 # Every test process starts JAX's CPU backend now, with one device, as a fresh `python` has. Otherwise a worker
 # whose first test runs `jaxrl train` in-process (which makes one CPU device per core while the backend is not yet
 # up) keeps that many devices for the rest of its tests. Tests that need several devices start processes of their own.
 jax.devices()
+os.environ["XLA_FLAGS"] = _with_flags(FAST_COMPILE, _GIVEN_FLAGS)  # for the runner's options and subprocesses
 # MuJoCo (Brax, Playground) draws off screen where it can (`jaxrl render` does the same): set before any test module
 # imports mujoco
 prefer_offscreen_gl()
@@ -151,6 +171,14 @@ def refusal(check, *args) -> str | None:
     except ValueError as error:
         return str(error)
     return None
+
+
+def runner_jit(fn, **jit_kwargs):
+    """`jax.jit(fn)` compiled with the runner's XLA options (`compiler_options()`: FAST_COMPILE's level in the
+    suite) instead of the test process's QUICK_COMPILE: for a program whose bits a test compares with a program
+    the runner compiles, and for a learning check, which trains as the runner does (and runs long enough that
+    level 0's slower code would cost more than its quicker compile saves)."""
+    return jax.jit(fn, compiler_options=compiler_options(), **jit_kwargs)
 
 
 def assert_trees_close(actual, expected, rtol=1e-5, atol=1e-6):

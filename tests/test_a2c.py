@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close, index
+from conftest import assert_trees_close, index, runner_jit
 from jaxrl import losses
 from jaxrl.algos import a2c
 from jaxrl.algos.families import actor_critic
@@ -157,7 +157,7 @@ def test_a2c_learns_cartpole():
     """Defaults (16 envs x 5 steps, RMSprop 7e-4, 3e5 steps), 3 seeds vmapped: mean return over the last 200
     iterations >= 400 on every seed (measured over the last 187: 467, 497, 495)."""
     config = a2c.Config()  # 16 envs x 5 steps, RMSprop 7e-4, 3e5 steps
-    _, metrics = jax.jit(jax.vmap(a2c.make_train(config)))(jax.random.split(jax.random.key(0), 3))
+    _, metrics = runner_jit(jax.vmap(a2c.make_train(config)))(jax.random.split(jax.random.key(0), 3))
     returns = np.asarray(metrics["episode_return"])
     final = np.nanmean(returns[:, -200:], axis=1)
     assert (final >= 400).all(), final

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close, index
+from conftest import assert_trees_close, index, runner_jit
 from jaxrl import estimators, losses, rollout
 from jaxrl.algos import algorithm_of, dpo
 from jaxrl.run.report import final_return
@@ -235,6 +235,6 @@ def test_learns_cartpole():
     """Defaults (4 groups of 8 whole episodes, moving reference, beta 0.2) at 300k env steps, 3 seeds: each seed's
     final return (the last 10% of iterations) > 400 (measured: 487, 500, 500; ~10 s on 2 CPU cores)."""
     config = dpo.Config(total_timesteps=300_000)
-    _, metrics = jax.jit(jax.vmap(dpo.make_train(config)))(jax.random.split(jax.random.key(0), 3))
+    _, metrics = runner_jit(jax.vmap(dpo.make_train(config)))(jax.random.split(jax.random.key(0), 3))
     final = final_return(np.asarray(metrics["episode_return"]))
     assert final.min() > 400, final

@@ -12,7 +12,7 @@ import rlax
 import td_reference
 from flashbax.buffers import sum_tree
 
-from conftest import assert_trees_close, index
+from conftest import assert_trees_close, index, runner_jit
 from jaxrl import losses, replay, scores
 from jaxrl.algos import dqn
 
@@ -254,7 +254,7 @@ def test_dqn_learns_cartpole():
     the CPU XLA compiles for: this IQM was 354 on one x86 CPU and above 400 on another, so the bound leaves room
     for the CPU, and the check is on the IQM (it drops the 2 lowest and 2 highest seeds), not on every seed."""
     config = dqn.Config()
-    _, metrics = jax.jit(jax.vmap(dqn.make_train(config)))(jax.random.split(jax.random.key(0), 8))
+    _, metrics = runner_jit(jax.vmap(dqn.make_train(config)))(jax.random.split(jax.random.key(0), 8))
     returns = np.asarray(metrics["episode_return"])
     final = np.nanmean(returns[:, -returns.shape[1] // 10 :], axis=1)
     assert scores.iqm(final[:, None]) >= 300, final
@@ -372,7 +372,7 @@ def test_prioritized_dqn_learns_cartpole():
     targets): mean return of the episodes in the last 10% of iterations >= 400 on >= 2 of 3 seeds (measured: 474,
     428, 500)."""
     config = dqn.Config(prioritized=True, **EARLIER_DEFAULTS)
-    _, metrics = jax.jit(jax.vmap(dqn.make_train(config)))(jax.random.split(jax.random.key(0), 3))
+    _, metrics = runner_jit(jax.vmap(dqn.make_train(config)))(jax.random.split(jax.random.key(0), 3))
     returns = np.asarray(metrics["episode_return"])
     final = np.nanmean(returns[:, -returns.shape[1] // 10 :], axis=1)
     assert (final >= 400).sum() >= 2, final

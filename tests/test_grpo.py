@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close, index
+from conftest import assert_trees_close, index, runner_jit
 from jaxrl import rollout
 from jaxrl.algos import grpo
 
@@ -208,6 +208,6 @@ def test_grpo_learns_cartpole():
     """Outcome GRPO, 8 groups x 8 members capped at 200 steps: every one of 3 seeds reaches a mean group return
     >= 190 (of 200) over its last 3 iterations within 2e5 env steps."""
     config = grpo.Config(num_groups=4, group_size=8, horizon=200, total_timesteps=200_000, num_minibatches=4)
-    _, metrics = jax.jit(jax.vmap(grpo.make_train(config)))(jax.random.split(jax.random.key(0), 3))
+    _, metrics = runner_jit(jax.vmap(grpo.make_train(config)))(jax.random.split(jax.random.key(0), 3))
     final = np.asarray(metrics["episode_return"])[:, -3:].mean(1)
     assert np.all(final >= 190.0), final

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close, index
+from conftest import assert_trees_close, index, runner_jit
 from jaxrl import estimators, lag
 from jaxrl.algos import grpo, impala
 
@@ -134,7 +134,7 @@ def test_impala_learns_cartpole():
     """Defaults (behaviour lag 2), 5e5 env steps, 4 seeds: the mean of the seeds' returns over their last 10
     iterations is >= 200 and every seed's is >= 100 (a uniform policy gets about 22)."""
     config = impala.Config(total_timesteps=500_000)
-    _, metrics = jax.jit(jax.vmap(impala.make_train(config)))(jax.random.split(jax.random.key(0), 4))
+    _, metrics = runner_jit(jax.vmap(impala.make_train(config)))(jax.random.split(jax.random.key(0), 4))
     final = np.nanmean(np.asarray(metrics["episode_return"])[:, -10:], axis=1)
     assert final.mean() >= 200.0 and np.all(final >= 100.0), final
 

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import runner_jit
 from jaxrl import envs
 from jaxrl.algos import ppo
 
@@ -93,8 +94,8 @@ def test_on_policy_config_switch_wraps_the_learners_env():
 @pytest.mark.extended
 def test_ppo_reports_raw_returns_and_learns_from_scaled_rewards():
     config = ppo.Config(env="Pendulum-v1", num_envs=4, num_steps=200, total_timesteps=4 * 200 * 2, num_minibatches=4)
-    raw = jax.jit(ppo.train)(config, jax.random.key(0))[1]
-    scaled = jax.jit(ppo.train)(dataclasses.replace(config, normalize_rewards=True), jax.random.key(0))[1]
+    raw = runner_jit(ppo.train)(config, jax.random.key(0))[1]
+    scaled = runner_jit(ppo.train)(dataclasses.replace(config, normalize_rewards=True), jax.random.key(0))[1]
     # iteration 0 acts with the same initial parameters and keys: the same episodes, reported raw in both
     np.testing.assert_allclose(scaled["episode_return"][0], raw["episode_return"][0], rtol=1e-6)
     assert float(raw["episode_return"][0]) < -100  # Pendulum's raw scale, not the normalised one

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close, index
+from conftest import assert_trees_close, index, runner_jit
 from jaxrl import envs, replay
 from jaxrl.algos import ALGORITHMS, ddpg, sac, td3
 from jaxrl.networks import squashed_gaussian
@@ -325,7 +325,7 @@ def test_defaults_learn_pendulum(name):
     >= -250 (random play: about -1200; measured, benchmarks/results/spectrum_continuous.json: -142 DDPG, -146 TD3,
     -140 SAC)."""
     module = ALGOS[name]
-    _, metrics = jax.jit(jax.vmap(module.make_train(module.Config())))(jax.random.split(jax.random.key(0), 3))
+    _, metrics = runner_jit(jax.vmap(module.make_train(module.Config())))(jax.random.split(jax.random.key(0), 3))
     returns = np.asarray(metrics["episode_return"])
     final = np.nanmean(returns[:, -returns.shape[1] // 10 :], axis=1)
     assert final.mean() >= -250, final

@@ -13,10 +13,10 @@ import optax
 import pytest
 from flax import struct
 
-from conftest import _host
+from conftest import _host, runner_jit
 from jaxrl import envs, pbt
 from jaxrl.algos import base, ppo
-from jaxrl.run.compile import DEVICE_INDEPENDENT_OPTIONS
+from jaxrl.run.compile import compiler_options
 
 CONFIG = ppo.Config(
     num_envs=4, num_steps=16, total_timesteps=4 * 16 * 5, update_epochs=1, num_minibatches=2, hidden_sizes=(8, 8)
@@ -275,15 +275,15 @@ def test_initial_population_draws_from_priors_and_keeps_member_zero():
 @pytest.mark.extended  # two programs compiled without the algebraic simplifier
 def test_population_without_exploit_equals_independent_runs():
     """ready = num_iterations: the only ready step would follow the last iteration, so it is skipped, and the
-    program is `jax.vmap(base.train)` of the same configs and keys, bit for bit. Both compile without XLA's
-    algebraic simplifier (`run.compile.DEVICE_INDEPENDENT_OPTIONS`), which otherwise rewrites two differently
-    nested programs differently, 1 ulp apart."""
+    program is `jax.vmap(base.train)` of the same configs and keys, bit for bit. Both compile with the runner's
+    options without XLA's algebraic simplifier (`compiler_options(device_independent=True)`), which otherwise
+    rewrites two differently nested programs differently, 1 ulp apart."""
     config = pbt.PBTConfig(population=4, ready=CONFIG.num_iterations, explore=EXPLORE)
     configs = pbt.initial_population(CONFIG, config, jax.random.key(0))
     keys = jax.random.split(jax.random.key(1), 4)
 
     def compiled(fn, *args):
-        return jax.jit(fn).lower(*args).compile(DEVICE_INDEPENDENT_OPTIONS)(*args)
+        return jax.jit(fn).lower(*args).compile(compiler_options(device_independent=True))(*args)
 
     states, metrics, lineage = compiled(pbt.make_program(CONFIG, config), configs, keys, jax.random.key(2))
     expected_states, expected_metrics = compiled(jax.vmap(base.train), configs, keys)
@@ -296,7 +296,7 @@ def test_population_without_exploit_equals_independent_runs():
 def pbt_run():
     """One compiled PBT program run twice with one key and once with another: 4 members, 5 iterations, ready
     steps after iterations 2 and 4, then 1 more iteration."""
-    run = jax.jit(pbt.make_pbt(CONFIG, PBT))
+    run = runner_jit(pbt.make_pbt(CONFIG, PBT))
     return run(jax.random.key(0)), run(jax.random.key(0)), run(jax.random.key(1))
 
 
@@ -347,7 +347,7 @@ def test_program_shapes_and_lineage(pbt_run, tmp_path):
 def eval_run():
     """The program of `pbt_run` with EVAL_PBT under key 0: every member evaluated after every iteration, ranked by
     the evaluation return."""
-    return jax.jit(pbt.make_pbt(CONFIG, EVAL_PBT))(jax.random.key(0))
+    return runner_jit(pbt.make_pbt(CONFIG, EVAL_PBT))(jax.random.key(0))
 
 
 @pytest.mark.slow
@@ -388,7 +388,7 @@ def test_evaluations_less_often_than_ready_steps_fall_on_multiples_of_eval_every
     sparse = dataclasses.replace(PBT, eval_every=2 * PBT.ready, eval_episodes=EPISODES)
     dense = dataclasses.replace(sparse, eval_every=PBT.ready)
     (states, metrics, lineage), (_, every_ready, _) = (
-        jax.jit(pbt.make_pbt(CONFIG, settings))(jax.random.key(0)) for settings in (sparse, dense)
+        runner_jit(pbt.make_pbt(CONFIG, settings))(jax.random.key(0)) for settings in (sparse, dense)
     )
     evaluated = np.asarray(metrics["eval_return"])  # [P, iterations 1..5]
     assert np.isfinite(evaluated[:, 3]).all() and np.isnan(np.delete(evaluated, 3, axis=1)).all()

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close, index
+from conftest import assert_trees_close, index, runner_jit
 from jaxrl.algos import ppo
 
 TINY = ppo.Config(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, update_epochs=2, num_minibatches=2)
@@ -107,7 +107,7 @@ def test_continuous_actions_run():
 def test_ppo_learns_cartpole():
     """Defaults: mean return of completed episodes >= 475 within the default 2e5 steps on >= 3 of 4 seeds."""
     config = ppo.Config()
-    _, metrics = jax.jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(42), 4))
+    _, metrics = runner_jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(42), 4))
     best = np.nanmax(np.asarray(metrics["episode_return"]), axis=1)
     final = np.nanmean(np.asarray(metrics["episode_return"])[:, -5:], axis=1)
     assert (best >= 475).sum() >= 3, best

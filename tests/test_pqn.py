@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close, index
+from conftest import assert_trees_close, index, runner_jit
 from jaxrl import envs, rollout
 from jaxrl.algos import pqn
 from jaxrl.algos.families import q_learning
@@ -122,7 +122,7 @@ def test_pqn_learns_cartpole():
     """Defaults (200k env steps): mean return of the episodes in the last 10% of iterations >= 400 on >= 2 of 3
     seeds."""
     config = pqn.Config()
-    _, metrics = jax.jit(jax.vmap(pqn.make_train(config)))(jax.random.split(jax.random.key(0), 3))
+    _, metrics = runner_jit(jax.vmap(pqn.make_train(config)))(jax.random.split(jax.random.key(0), 3))
     returns = np.asarray(metrics["episode_return"])
     final = np.nanmean(returns[:, -returns.shape[1] // 10 :], axis=1)
     assert (final >= 400).sum() >= 2, final

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close, index
+from conftest import assert_trees_close, index, runner_jit
 from jaxrl.algos import reinforce
 from jaxrl.algos.families import actor_critic
 from jaxrl.networks import ActorCritic, MLPTorso
@@ -158,7 +158,7 @@ def test_reinforce_learns_cartpole():
     """Defaults (8 envs x 64 steps, baseline, Adam 3e-3 annealed, 3e5 steps), 3 seeds vmapped: mean return over
     the last 20 iterations >= 400 on every seed (measured over the last 29: 500, 500, 499)."""
     config = reinforce.Config()  # 8 envs x 64 steps, Adam 3e-3 annealed, 3e5 steps
-    _, metrics = jax.jit(jax.vmap(reinforce.make_train(config)))(jax.random.split(jax.random.key(0), 3))
+    _, metrics = runner_jit(jax.vmap(reinforce.make_train(config)))(jax.random.split(jax.random.key(0), 3))
     returns = np.asarray(metrics["episode_return"])
     final = np.nanmean(returns[:, -20:], axis=1)
     assert (final >= 400).all(), final

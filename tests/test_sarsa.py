@@ -11,7 +11,7 @@ import pytest
 import rlax
 import td_reference
 
-from conftest import assert_trees_close, index
+from conftest import assert_trees_close, index, runner_jit
 from jaxrl import envs, losses, rollout
 from jaxrl.algos import ALGORITHMS, pqn, sarsa
 from jaxrl.algos.families import q_learning
@@ -277,7 +277,7 @@ def test_sarsa_learns_cartpole(expected):
     """Defaults (PQN's: 200k env steps, 32 envs x 32 steps): the mean return of the episodes in the last 10% of
     iterations is >= 400 on every one of 3 seeds (measured: 500, 500, 500 for SARSA; ~20 s on 2 CPU cores)."""
     config = sarsa.Config(expected=expected)
-    _, metrics = jax.jit(jax.vmap(sarsa.make_train(config)))(jax.random.split(jax.random.key(0), 3))
+    _, metrics = runner_jit(jax.vmap(sarsa.make_train(config)))(jax.random.split(jax.random.key(0), 3))
     returns = np.asarray(metrics["episode_return"])
     final = np.nanmean(returns[:, -returns.shape[1] // 10 :], axis=1)
     assert (final >= 400).all(), final

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import runner_jit
 from jaxrl.algos import dqn
 from jaxrl.run.report import stability
 
@@ -45,6 +46,6 @@ def test_stability_measures_the_drop_on_the_learned_range():
 def test_dqn_defaults_hold_at_ten_times_their_budget():
     default = dqn.Config()
     config = dataclasses.replace(default, total_timesteps=default.total_timesteps * SCALE)
-    _, metrics = jax.jit(jax.vmap(dqn.make_train(config)))(jax.random.split(jax.random.key(0), SEEDS))
+    _, metrics = runner_jit(jax.vmap(dqn.make_train(config)))(jax.random.split(jax.random.key(0), SEEDS))
     result = stability(np.asarray(metrics["episode_return"]))
     assert result["drop"] <= TOLERANCE and result["worst_seed_drop"] <= SEED_TOLERANCE, (f"{SCALE}x", result)

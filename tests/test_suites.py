@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import runner_jit
 from jaxrl import envs, ppo
 from jaxrl.envs import suites
 
@@ -97,7 +98,7 @@ def check_contract(
 
 def final_returns(config, seeds=2):
     """Mean return of the episodes completed in the last 5 iterations, per seed."""
-    _, metrics = jax.jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(0), seeds))
+    _, metrics = runner_jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(0), seeds))
     return np.nanmean(np.asarray(metrics["episode_return"])[:, -5:], axis=1), metrics
 
 
@@ -199,7 +200,7 @@ def test_ppo_learns_craftax_classic():
     config = ppo.Config(
         env="craftax:Craftax-Classic-Symbolic-v1", total_timesteps=16_384, learning_rate=1e-3, gae_lambda=0.8
     )
-    _, metrics = jax.jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(0), 2))
+    _, metrics = runner_jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(0), 2))
     returns, episodes = (np.asarray(metrics[k])[:, -10:] for k in ("episode_return", "episodes"))
     mean_returns = (np.nan_to_num(returns) * episodes).sum(1) / episodes.sum(1)  # over the episodes, not iterations
     assert (mean_returns >= 2.2).all(), mean_returns
@@ -428,7 +429,7 @@ def test_ppo_learns_playground_cartpole_balance():
         clip_value_loss=False,
         ent_coef=0.0,
     )
-    _, metrics = jax.jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(0), 8))
+    _, metrics = runner_jit(jax.vmap(ppo.make_train(config)))(jax.random.split(jax.random.key(0), 8))
     returns = np.asarray(metrics["episode_return"])
     final = [np.mean(r[np.isfinite(r)][-3:]) for r in returns]  # an episode ends every ~16 iterations
     assert np.median(final) >= 850, final
@@ -445,6 +446,7 @@ from flax import struct
 from gymnax.environments import environment, spaces
 
 from jaxrl import envs
+from conftest import runner_jit
 
 
 @struct.dataclass

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_trees_close, index
+from conftest import assert_trees_close, index, runner_jit
 from jaxrl import losses
 from jaxrl.algos import base, vmpo
 from jaxrl.algos.families import actor_critic as ac
@@ -256,6 +256,6 @@ def test_learns_cartpole():
     """Defaults (16 envs x 64 steps, 4 x 4 minibatches), 3 seeds x 1e5 steps vmapped: final return >= 350 mean
     (measured: 500, 500, 500; two more seeds, jax.random.split(key(1), 2): 412, 497)."""
     config = vmpo.Config(env="CartPole-v1", total_timesteps=100_000)
-    _, metrics = jax.jit(jax.vmap(vmpo.make_train(config)))(jax.random.split(jax.random.key(0), 3))
+    _, metrics = runner_jit(jax.vmap(vmpo.make_train(config)))(jax.random.split(jax.random.key(0), 3))
     final = final_return(np.asarray(metrics["episode_return"]))
     assert np.nanmean(final) >= 350.0, final

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -57,12 +58,13 @@ CPU_COMPILE_OPTIONS = {"xla_backend_optimization_level": 2}
 
 
 def compiler_options(device_independent: bool = False) -> dict | None:
-    """The XLA options jaxrl compiles its programs with: `CPU_COMPILE_OPTIONS` on a CPU backend (unless XLA_FLAGS
-    sets the level), and `DEVICE_INDEPENDENT_OPTIONS` when asked. Pass them to your own compiles as
-    `jax.jit(train).lower(key).compile(compiler_options())`."""
+    """The XLA options jaxrl compiles its programs with: `CPU_COMPILE_OPTIONS` on a CPU backend, or the level
+    XLA_FLAGS names when it names one (read at each call), and `DEVICE_INDEPENDENT_OPTIONS` when asked. Pass them
+    to your own compiles as `jax.jit(train).lower(key).compile(compiler_options())`."""
     options = {}
-    if jax.default_backend() == "cpu" and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-        options.update(CPU_COMPILE_OPTIONS)
+    if jax.default_backend() == "cpu":
+        named = re.findall(r"--xla_backend_optimization_level=(\d+)", os.environ.get("XLA_FLAGS", ""))
+        options.update({"xla_backend_optimization_level": int(named[-1])} if named else CPU_COMPILE_OPTIONS)
     if device_independent:
         options.update(DEVICE_INDEPENDENT_OPTIONS)
     return options or None
