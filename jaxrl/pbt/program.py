@@ -55,6 +55,9 @@ def _parts(config, pbt: PBTConfig):
     def init(c, k):
         return base.initial_state(c, k, base.make_setup(c, algo), algo)
 
+    # `iterate` and `ready_record` are jitted so that the trace `span` takes of each for the shapes of its buffers
+    # is the one its loop reuses (one trace of each, not two)
+    @jax.jit
     def iterate(states, configs):
         return jax.vmap(lambda c, s: base.iteration(algo, base.make_setup(c, algo), c, s))(configs, states)
 
@@ -64,6 +67,7 @@ def _parts(config, pbt: PBTConfig):
 
         return jax.vmap(one)(configs, states, eval_keys)
 
+    @jax.jit
     def ready_record(states, configs, block, key, fire, evaluated):
         fitness = block_fitness(block, pbt)  # block: {the fitness source: [ready, P]}
         before = {n: getattr(configs, n) for n in names}
