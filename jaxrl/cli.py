@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -187,9 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         if isinstance(error, KeyboardInterrupt):  # a stop signal the command did not report itself
-            signum = getattr(error, "signum", signal.SIGINT)  # a SIGTERM's `jaxrl.run.signals.Stop` says so
-            status = 128 + signum
-            text = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+            from jaxrl.run.signals import signum_of, stopped_by
+
+            status, text = 128 + signum_of(error), stopped_by(signum_of(error))
         elif isinstance(error, user_errors()):
             status, text = 2, f"error: {one_line(error)}"
         else:  # a bug, not a user error: still one line, the traceback with --debug

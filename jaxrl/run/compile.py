@@ -314,13 +314,13 @@ def compile_programs(
     `seeds_mesh` when given; with XLA's `compiler_options`, e.g. `DEVICE_INDEPENDENT_OPTIONS`), with the
     evaluation (its `evaluate` argument saying which chunks play it) when `eval_episodes` > 0, and runs `init` on
     `keys` unless `init` is None (a resume). XLA compiles outside the GIL, so the init and the chunk compile side
-    by side on separate cores. Returns (initial state or None, compiled chunk, None for a `capacity` of 0)."""
-    length = jax.ShapeDtypeStruct((), np.int32)
-    evaluation = (keys_eval, length, jax.ShapeDtypeStruct((), np.bool_)) if eval_episodes else ()
+    by side on separate cores. Returns (initial state or None, compiled chunk or None for a `capacity` of 0)."""
+    count = jax.ShapeDtypeStruct((), np.int32)  # the chunk's length, and the evaluation's iteration
+    evaluation = (keys_eval, count, jax.ShapeDtypeStruct((), np.bool_)) if eval_episodes else ()
     program = make_chunk_program(algo, config, capacity, eval_episodes, mesh=mesh, seeds_mesh=seeds_mesh)
 
     def compile_chunk():
-        return program.lower(abstract_state, *evaluation, length).compile(compiler_options)
+        return program.lower(abstract_state, *evaluation, count).compile(compiler_options)
 
     compile_init = None if init is None else lambda: init.lower(keys).compile(compiler_options)
     compiled_init, chunk = side_by_side(compile_init, compile_chunk if capacity else None)

@@ -50,7 +50,7 @@ from jaxrl.run.compile import (
 from jaxrl.run.folder import RunDirError, make_run_dir  # noqa: F401  (what run raises and names, importable here)
 from jaxrl.run.options import check_counts
 from jaxrl.run.report import RunResult, first_divergence, last_finite_return, progress_text, write_summary
-from jaxrl.run.signals import DeferredStop, Stop, TermAsInterrupt, signum_of  # noqa: F401  (Stop: importable here)
+from jaxrl.run.signals import DeferredStop, Stop, TermAsInterrupt, signum_of, stopped_by  # noqa: F401  (Stop: importable here)
 
 MAX_ITERATIONS = 2**31  # the iteration counter is an int32 inside the compiled program
 
@@ -98,7 +98,7 @@ class Interrupted(KeyboardInterrupt):
         again = "the same command"
         if resumed or not self.compiling:
             again = f"jaxrl {command} {algo_name} --resume {run_dir}"
-        how = "interrupted" if self.signum == signal.SIGINT else f"stopped by {signal.Signals(self.signum).name}"
+        how = stopped_by(self.signum)
         return f"{how} {'during compilation: ' if self.compiling else ''}{where}. Continue with: {again}"
 
 

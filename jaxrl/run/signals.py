@@ -15,8 +15,6 @@ import signal
 import sys
 import threading
 
-from jaxrl.run import hosts
-
 
 class Stop(KeyboardInterrupt):
     """A stop signal (SIGINT: Ctrl-C, or SIGTERM: a cluster scheduler's) raised as a KeyboardInterrupt that
@@ -30,6 +28,11 @@ class Stop(KeyboardInterrupt):
 def signum_of(error: BaseException) -> int:
     """The signal a KeyboardInterrupt stands for: a `Stop`'s, else SIGINT (a plain Ctrl-C)."""
     return getattr(error, "signum", signal.SIGINT)
+
+
+def stopped_by(signum: int) -> str:
+    """How a run stopped by `signum` says so: "interrupted" (Ctrl-C), or "stopped by SIGTERM"."""
+    return "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
 
 
 class DeferredStop:
@@ -76,6 +79,8 @@ class DeferredStop:
     def raise_if_requested(self) -> None:
         """At a chunk boundary; over several processes, all stop when any of them saw a stop signal."""
         self.requested = self.requested or TermAsInterrupt.swallowed  # a second signal that landed in a gc callback
+        from jaxrl.run import hosts  # here, not at the top: the command line reads `signum_of` without JAX
+
         if hosts.any_process(self.requested is not None):
             raise Stop(self.requested or signal.SIGINT)
 
