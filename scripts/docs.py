@@ -579,7 +579,50 @@ def peers() -> str:
         "# Against peers\n\njaxrl against rejax and a CleanRL-style PyTorch + gymnasium PPO on CartPole-v1, the "
         "same configs as far as both allow (`python -m benchmarks.peers`). Libraries alternate for several rounds; "
         "each figure is the median per-round ratio jaxrl / peer (above 1x: jaxrl is faster; time to threshold "
-        "below 1x: jaxrl gets there sooner).\n\n" + machine(data) + "\n" + body + notes("peers")
+        "below 1x: jaxrl gets there sooner).\n\n" + machine(data) + "\n" + body + notes("peers") + purejaxrl()
+    )
+
+
+# the side-by-side runs against PureJaxRL the docs show, newest last (benchmarks/results/<name>.json)
+PUREJAXRL_RUNS = ("purejaxrl_4_rounds_epyc_25_1_2a26672", "purejaxrl_dqn_6_rounds_epyc_25_1_ec5c557")
+PUREJAXRL_CASES = {
+    "ppo": "PPO, PureJaxRL's CartPole config",
+    "ppo_2048_envs": "PPO at 2048 envs",
+    "ppo_8_seeds": "PPO, 8 seeds vmapped",
+    "dqn": "DQN, PureJaxRL's CartPole config",
+}
+
+
+def purejaxrl() -> str:
+    """jaxrl against PureJaxRL's own ppo.py and dqn.py (benchmarks/results/PUREJAXRL_RUNS): each run's per-round
+    ratios."""
+
+    def case(row) -> str:
+        name, _, threads = row["case"].partition(", ")  # "dqn" or "dqn, 1 CPU thread"
+        threads = threads.replace("1 CPU thread", "one CPU thread")
+        return PUREJAXRL_CASES.get(name, name) + (f", jaxrl on {threads}" if threads else "")
+
+    def span(values, scale=1e3, unit="k") -> str:
+        return f"{min(values) / scale:.0f}{unit}-{max(values) / scale:.0f}{unit}"
+
+    columns = [
+        ("case", case),
+        ("PureJaxRL env steps/s", lambda r: span(r["purejaxrl_steps_per_s"])),
+        ("jaxrl env steps/s", lambda r: span(r["jaxrl_steps_per_s"])),
+        ("jaxrl / PureJaxRL per round", lambda r: ", ".join(f"{x:.2f}" for x in r["throughput_ratio"])),
+        ("median", lambda r: f"{r['throughput_ratio_median']:.2f}x"),
+        ("compile seconds, median ratio", lambda r: f"{r['compile_ratio_median']:.2f}x"),
+    ]
+    runs = [load(name) for name in PUREJAXRL_RUNS]
+    return (
+        "\n## Against PureJaxRL\n\njaxrl against PureJaxRL's own `ppo.py` and `dqn.py` at PureJaxRL's CartPole-v1 "
+        "configs (PPO: 4 envs x 128 steps, 4 epochs x 4 minibatches; DQN: 10 envs, one gradient step on 128 "
+        "replayed transitions per 10 env steps), each library in its own process and venv "
+        "(`python -m benchmarks.purejaxrl --source DIR`). The libraries alternate in every round (ABBA); a ratio is "
+        "jaxrl / PureJaxRL in one round, of the whole jitted train's env steps/s (the best of its calls) and of "
+        "its compile seconds (tracing, lowering and XLA). PureJaxRL runs with XLA's default CPU thread pool; "
+        "rows that name one CPU thread run jaxrl with a pool of one (`--cpu-threads 1`).\n\n"
+        + "\n".join(machine(run) + "\n" + table(run["table"], columns) for run in runs)
     )
 
 
@@ -756,7 +799,7 @@ def index() -> str:
         "| [Throughput](throughput.md) | env steps/s, seeds, sweeps, devices, networks, suites | "
         "`benchmarks.throughput`, `benchmarks.sweep_throughput`, `benchmarks.scaling`, `benchmarks.torsos`, "
         "`benchmarks.suites` |\n"
-        "| [Peers](peers.md) | against rejax and PyTorch | `benchmarks.peers` |\n"
+        "| [Peers](peers.md) | against rejax, PyTorch and PureJaxRL | `benchmarks.peers`, `benchmarks.purejaxrl` |\n"
         "| [Memory cores](memory.md) | each memory core against the MLP on memory chains of length 5 to 80 and "
         "POPGym | "
         "`benchmarks.memory_cores` |\n"
