@@ -602,8 +602,8 @@ def purejaxrl() -> str:
         threads = threads.replace("1 CPU thread", "one CPU thread")
         return PUREJAXRL_CASES.get(name, name) + (f", jaxrl on {threads}" if threads else "")
 
-    def span(values, scale=1e3, unit="k") -> str:
-        return f"{min(values) / scale:.0f}{unit}-{max(values) / scale:.0f}{unit}"
+    def span(values) -> str:
+        return f"{min(values) / 1e3:.0f}k-{max(values) / 1e3:.0f}k"
 
     columns = [
         ("case", case),
