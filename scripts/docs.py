@@ -621,7 +621,8 @@ def purejaxrl() -> str:
         "(`python -m benchmarks.purejaxrl --source DIR`). The libraries alternate in every round (ABBA); a ratio is "
         "jaxrl / PureJaxRL in one round, of the whole jitted train's env steps/s (the best of its calls) and of "
         "its compile seconds (tracing, lowering and XLA). PureJaxRL runs with XLA's default CPU thread pool; "
-        "rows that name one CPU thread run jaxrl with a pool of one (`--cpu-threads 1`).\n\n"
+        "rows that name one CPU thread run jaxrl with a pool of one (`--cpu-threads 1`, `jaxrl train`'s default "
+        "for a small run on one device).\n\n"
         + "\n".join(machine(run) + "\n" + table(run["table"], columns) for run in runs)
     )
 
