@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(error, KeyboardInterrupt):  # a stop signal the command did not report itself
             from jaxrl.run.signals import signum_of, stopped_by
 
-            status, text = 128 + signum_of(error), stopped_by(signum_of(error))
+            signum = signum_of(error)
+            status, text = 128 + signum, stopped_by(signum)
         elif isinstance(error, user_errors()):
             status, text = 2, f"error: {one_line(error)}"
         else:  # a bug, not a user error: still one line, the traceback with --debug
