@@ -6,13 +6,17 @@
 (a) Rollout, at 4 and 2048 envs: `rollout.rollout` as PPO's update calls it (the critic after the scan, the
     truncation bootstrap) against the env-only limit (random actions), the env + policy-forward limit (the
     actor's forward pass and sampling, nothing stored) and the env + policy-and-critic-forward limit (the same and
-    the critic on every observation, which GAE needs), `benchmarks.throughput.env_loop`.
+    the critic on every observation, which GAE needs), `benchmarks.throughput.env_loop`. The four programs are
+    compiled first, then called in turn, the order reversed every round (2 x `--repeats` rounds): each case's
+    best call.
 (b) PPO's update phase: `update_epochs` x `num_minibatches` minibatch steps of jaxrl (`ppo.loss_fn` through
     `actor_critic.minibatch_updates`) against the same steps written as plainly as possible: a flax 2 x 64 tanh
     actor and critic, distrax's categorical, the clipped surrogate and the clipped value loss, an entropy bonus,
     `optax.chain(clip_by_global_norm, adam)`, shuffled minibatches in a `lax.scan` (PureJaxRL's shape).
 (c) One DQN iteration (`dqn.update`, learning on) against its parts, each scanned alone the same number of
-    times: the epsilon-greedy env step, the replay add, the replay sample, the gradient step, the target copy.
+    times: the epsilon-greedy env step, the replay add, the replay sample, the gradient step (which draws its
+    own sample, so the sum of the parts counts the sample once), the target copy (compiled first, then called in
+    turn as in (a)).
 (d) Compile seconds split into tracing + lowering (`jax.jit(f).lower`) and XLA (`.compile()`) for PPO's and
     DQN's whole train and a 12-point learning-rate sweep of PPO (`jax.vmap` over Configs).
 (e) Two cuts, each against what it replaces, alternating A, B, B, A: the minibatch shuffle
@@ -81,19 +85,40 @@ def ops(compiled) -> int:
     return count
 
 
-def timed(fn, *args, repeats: int) -> dict:
-    """Compiles `jax.jit(fn)` (tracing + lowering, then XLA) and runs it `repeats` times: the best run."""
+def compiled_with_seconds(fn, *args) -> tuple:
+    """(`jax.jit(fn)` compiled for `args`, {"trace_s": tracing + lowering, "xla_s": XLA, "ops": `ops`})."""
     start = time.perf_counter()
     lowered = jax.jit(fn).lower(*args)
     lower_s = time.perf_counter() - start
     compiled = lowered.compile()
     compile_s = time.perf_counter() - start - lower_s
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        best = min(best, time.perf_counter() - start)
-    return {"trace_s": lower_s, "xla_s": compile_s, "run_s": best, "ops": ops(compiled)}
+    return compiled, {"trace_s": lower_s, "xla_s": compile_s, "ops": ops(compiled)}
+
+
+def seconds_of_call(compiled, *args) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(compiled(*args))
+    return time.perf_counter() - start
+
+
+def timed(fn, *args, repeats: int) -> dict:
+    """Compiles `jax.jit(fn)` (tracing + lowering, then XLA) and runs it `repeats` times: the best run."""
+    compiled, seconds = compiled_with_seconds(fn, *args)
+    return {**seconds, "run_s": min(seconds_of_call(compiled, *args) for _ in range(repeats))}
+
+
+def timed_alternating(fns: dict, *args, rounds: int) -> dict:
+    """Each of `fns` (name: fn) compiled, then called once per round in alternating order (A, B, ..., then
+    ..., B, A): {name: `timed`'s dict}, each with the best of its `rounds` calls. A load that comes and goes
+    during the run falls on every case alike, so the ratios between them hold where one case after the other
+    would not."""
+    compiled = {name: compiled_with_seconds(fn, *args) for name, fn in fns.items()}
+    calls = {name: [] for name in fns}
+    names = list(fns)
+    for round_ in range(max(1, rounds)):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            calls[name].append(seconds_of_call(compiled[name][0], *args))
+    return {name: {**compiled[name][1], "run_s": min(calls[name]), "run_s_all": calls[name]} for name in names}
 
 
 # ------------------------------------------------------------------------------------------------- (a) rollout
@@ -148,8 +173,8 @@ def rollout_section(num_envs: int, iterations: int, repeats: int, key, seeds: in
         ROLLOUT_CASE: jaxrl_rollouts,
     }
     rows = []
-    for name, fn in cases.items():
-        r = timed(seeds_of(fn, seeds), *args, repeats=repeats)
+    timings = timed_alternating({name: seeds_of(fn, seeds) for name, fn in cases.items()}, *args, rounds=2 * repeats)
+    for name, r in timings.items():
         steps_per_s = length * num_envs * seeds / r["run_s"]
         rows.append(
             {"section": "a", "case": name, "num_envs": num_envs, "seeds": seeds, "steps_per_s": steps_per_s, **r}
@@ -383,18 +408,20 @@ def dqn_section(iterations: int, repeats: int, key) -> list[dict]:
 
         return jax.lax.scan(one, s.target_params, jnp.arange(iterations))[0]
 
-    rows = []
-    for name, fn in (
-        ("dqn.update (one iteration, learning on)", whole),
-        ("epsilon-greedy env step (10 envs)", env_step),
-        ("replay add", add),
-        ("replay sample (128)", sample),
-        ("gradient step (128)", gradient),
-        ("target update", target),
-    ):
-        r = timed(fn, warm, key, repeats=repeats)
-        rows.append({"section": "c", "case": name, "us_per_iteration": 1e6 * r["run_s"] / iterations, **r})
-    rows[0]["sum_of_parts_us"] = sum(r["us_per_iteration"] for r in rows[1:])
+    parts = {
+        "dqn.update (one iteration, learning on)": whole,
+        "epsilon-greedy env step (10 envs)": env_step,
+        "replay add": add,
+        "replay sample (128)": sample,
+        "gradient step (128, its replay sample included)": gradient,
+        "target update": target,
+    }
+    rows = [
+        {"section": "c", "case": name, "us_per_iteration": 1e6 * r["run_s"] / iterations, **r}
+        for name, r in timed_alternating(parts, warm, key, rounds=2 * repeats).items()
+    ]
+    # the gradient step samples its own batch: the sample's row shows that part, and is not counted twice
+    rows[0]["sum_of_parts_us"] = sum(r["us_per_iteration"] for r in rows[1:] if r["case"] != "replay sample (128)")
     return rows
 
 

@@ -203,3 +203,66 @@ def test_the_seeds_bound_adds_the_faster_rollout_to_each_minibatch_steps_product
     assert bound["rollout_us"] == pytest.approx(1e6 * env_steps / 500_000)
     assert bound["bound_us_per_iteration"] == pytest.approx(bound["rollout_us"] + 16 * 100.0)  # 4 epochs x 4
     assert bound["bound_steps_per_s"] == pytest.approx(1e6 * env_steps / bound["bound_us_per_iteration"])
+
+
+def test_limits_alternates_its_cases_round_by_round_and_keeps_each_cases_best_call(monkeypatch):
+    from benchmarks import limits
+
+    order = []
+    seconds = {"a": iter([0.5, 0.3, 0.4, 0.6]), "b": iter([0.2, 0.9, 0.1, 0.8]), "c": iter([0.7, 0.7, 0.7, 0.5])}
+    names = {}
+
+    def fake_call(compiled, *args):
+        order.append(names[id(compiled)])
+        return next(seconds[names[id(compiled)]])
+
+    def fake_compiled(fn, *args):
+        compiled = object()
+        names[id(compiled)] = fn.__name__
+        return compiled, {"trace_s": 0.0, "xla_s": 0.0, "ops": 1}
+
+    def a(x):
+        return x
+
+    def b(x):
+        return x
+
+    def c(x):
+        return x
+
+    monkeypatch.setattr(limits, "compiled_with_seconds", fake_compiled)
+    monkeypatch.setattr(limits, "seconds_of_call", fake_call)
+    timings = limits.timed_alternating({"a": a, "b": b, "c": c}, jnp.zeros(()), rounds=4)
+    assert order == ["a", "b", "c", "c", "b", "a", "a", "b", "c", "c", "b", "a"]
+    assert {name: t["run_s"] for name, t in timings.items()} == {"a": 0.3, "b": 0.1, "c": 0.5}
+    assert timings["b"]["run_s_all"] == [0.2, 0.9, 0.1, 0.8]
+
+
+@pytest.mark.slow  # builds DQN's state and traces one rollout eagerly (3 s)
+def test_the_dqn_parts_sum_counts_the_replay_sample_once(monkeypatch):
+    from benchmarks import limits
+    from jaxrl.algos import dqn
+
+    def unwarmed(key):
+        config = dqn.Config(**limits.DQN_CONFIG)
+        setup = dqn.setup(config)
+        return config, setup, dqn.init(setup, config, key)
+
+    us = {
+        "dqn.update (one iteration, learning on)": 300.0,
+        "epsilon-greedy env step (10 envs)": 10.0,
+        "replay add": 1.0,
+        "replay sample (128)": 9.0,
+        "gradient step (128, its replay sample included)": 250.0,
+        "target update": 0.5,
+    }
+
+    def fake_alternating(fns, *args, rounds):
+        assert list(fns) == list(us)
+        return {name: {"run_s": us[name] * 1e-6 * 100, "trace_s": 0.0, "xla_s": 0.0, "ops": 1} for name in fns}
+
+    monkeypatch.setattr(limits, "warm_dqn", unwarmed)
+    monkeypatch.setattr(limits, "timed_alternating", fake_alternating)
+    rows = limits.dqn_section(100, 1, jax.random.key(0))
+    assert [r["us_per_iteration"] for r in rows] == pytest.approx(list(us.values()))
+    assert rows[0]["sum_of_parts_us"] == pytest.approx(10.0 + 1.0 + 250.0 + 0.5)
