@@ -584,7 +584,11 @@ def peers() -> str:
 
 
 # the side-by-side runs against PureJaxRL the docs show, newest last (benchmarks/results/<name>.json)
-PUREJAXRL_RUNS = ("purejaxrl_4_rounds_epyc_25_1_2a26672", "purejaxrl_dqn_6_rounds_epyc_25_1_ec5c557")
+PUREJAXRL_RUNS = (
+    "purejaxrl_4_rounds_epyc_25_1_2a26672",
+    "purejaxrl_dqn_6_rounds_epyc_25_1_ec5c557",
+    "purejaxrl_dqn_6_rounds_epyc_25_1_58ef991",
+)
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",
     "ppo_2048_envs": "PPO at 2048 envs",
