@@ -1,6 +1,7 @@
 """jaxrl._compat: the private JAX API jaxrl relies on still exists (a JAX upgrade that moves it fails here,
 naming what moved), and no other jaxrl module imports jax._src."""
 
+import math
 import re
 from pathlib import Path
 
@@ -75,10 +76,16 @@ def _threefry_program(words: int):
 
 
 def test_threefry_private_lowering_pieces_exist():
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir.dialects import hlo
     from jax._src.random import threefry2x32
 
-    for name in ("threefry2x32_p", "_threefry2x32_lowering_rule", "_threefry2x32_cpu_lowering_rule"):
+    for name in ("threefry2x32_p", "_threefry2x32_cpu_lowering_rule"):
         assert hasattr(threefry2x32, name), f"jax._src.random.threefry2x32.{name} is gone: update _compat"
+    for name in ("register_lowering", "multi_broadcast_in_dim", "broadcast_in_dim", "ir_constant"):
+        assert hasattr(mlir, name), f"jax._src.interpreters.mlir.{name} is gone: update _compat"
+    for name in ("add", "xor", "or_", "shift_left", "shift_right_logical"):
+        assert hasattr(hlo, name), f"jax._src.lib.mlir.dialects.hlo.{name} is gone: update _compat"
 
 
 @pytest.mark.parametrize("words", [1, 2, _compat.THREEFRY_UNROLLED_FROM - 1, _compat.THREEFRY_UNROLLED_FROM, 1000])
@@ -91,6 +98,28 @@ def test_threefry_on_cpu_gives_the_reference_bits_rolled_or_unrolled(words):
     np.testing.assert_array_equal(np.asarray(program(count)), np.concatenate([x0, x1]))
     unrolled = "stablehlo.while" not in program.lower(count).as_text()
     assert unrolled == (words >= _compat.THREEFRY_UNROLLED_FROM)
+
+
+def test_threefry_straight_line_gives_jaxs_loop_bits_for_vmapped_keys_and_broadcast_keys():
+    import jaxrl.algos.base  # noqa: F401
+
+    keys = jax.random.split(jax.random.key(7), 3)
+
+    def draws():  # a fresh jit each time: lowered with the rule registered now
+        vmapped = jax.jit(jax.vmap(lambda k: jax.random.bits(k, (4, 5))))
+        one = jax.jit(lambda k: jax.random.uniform(k, (6, 7)))
+        return vmapped.lower(keys).as_text(), np.asarray(vmapped(keys)), np.asarray(one(keys[0]))
+
+    text, vmapped, one = draws()
+    assert "stablehlo.while" not in text
+    try:
+        _compat.unroll_threefry_on_cpu(math.inf)  # JAX's loop everywhere
+        loop_text, loop_vmapped, loop_one = draws()
+    finally:
+        _compat.unroll_threefry_on_cpu()
+    assert "stablehlo.while" in loop_text
+    np.testing.assert_array_equal(vmapped, loop_vmapped)
+    np.testing.assert_array_equal(one, loop_one)
 
 
 def test_threefry_reference_matches_the_published_answers():
