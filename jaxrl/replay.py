@@ -5,8 +5,10 @@ holding each env's stream of transitions in a ring `[num_envs, capacity // num_e
 `[T, N, ...]` appends T steps to every env's stream, wrapping past the end and overwriting the oldest; a sample
 picks an env and a start step uniformly among the stored windows of `sequence_length` consecutive steps of one
 env (never crossing the write position), so with `sequence_length=1` every written transition is equally likely
-and unwritten slots never come back. Windows of n steps serve n-step returns: the estimators cut them at episode
-ends.
+and unwritten slots never come back. jaxrl draws a sample's windows itself, as one draw of `batch_size` random
+words (`uniform_below`), where flashbax's sampler splits its key four times and draws four times as many words:
+the same distribution in a smaller program. Windows of n steps serve n-step returns: the estimators cut them at
+episode ends.
 
 Here the time-major convention of the rest of jaxrl holds on both sides: `add` takes `[T, N, ...]` and
 `sample` returns `[sequence_length, batch_size, ...]`.
@@ -51,8 +53,30 @@ def sample(state: ReplayState, key: jax.Array, batch_size: int, sequence_length:
     chex.assert_scalar_positive(batch_size)
     chex.assert_scalar_positive(sequence_length)
     key = parallel.device_key(key)  # each device samples its own buffer shard
-    windows = trajectory_buffer.sample(state, key, batch_size, sequence_length, 1).experience  # [B, L, ...]
-    return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), windows)
+    num_envs, length = jax.tree.leaves(state.experience)[0].shape[:2]
+    oldest = jnp.where(state.is_full, state.current_index, 0)
+    starts_per_env = jnp.maximum(steps_stored(state) - sequence_length + 1, 0)
+    window = uniform_below(key, (batch_size,), num_envs * starts_per_env)  # window = start * num_envs + env
+    env, start = window % num_envs, window // num_envs
+    slots = (oldest + start[None, :] + jnp.arange(sequence_length)[:, None]) % length  # [L, B] ring positions
+    return jax.tree.map(lambda x: x[env[None, :], slots], state.experience)
+
+
+def uniform_below(key: jax.Array, shape: tuple[int, ...], bound: jax.Array) -> jax.Array:
+    """int32 draws in [0, bound) for a traced `bound` below 2^31 (0 gives 0): floor(u * bound / 2^32) for uniform
+    32-bit words u, one draw of `jax.random.bits` (Lemire 2019, "Fast random integer generation in an interval",
+    without its rejection step: each value's probability is within 2^-32 of 1 / bound)."""
+    words = jax.random.bits(key, shape, jnp.uint32)
+    return _high_word_of_product(words, jnp.asarray(bound).astype(jnp.uint32)).astype(jnp.int32)
+
+
+def _high_word_of_product(a: jax.Array, b: jax.Array) -> jax.Array:
+    """floor(a * b / 2^32) for uint32 a and b, in 16-bit halves (no 64-bit integers)."""
+    low = jnp.uint32(0xFFFF)
+    a1, a0, b1, b0 = a >> 16, a & low, b >> 16, b & low
+    cross1, cross0 = a1 * b0, a0 * b1
+    carry = ((a0 * b0) >> 16) + (cross1 & low) + (cross0 & low)
+    return a1 * b1 + (cross1 >> 16) + (cross0 >> 16) + (carry >> 16)
 
 
 def steps_stored(state: ReplayState) -> jax.Array:

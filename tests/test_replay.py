@@ -85,6 +85,30 @@ def test_sampling_is_uniform(filled, stage):
     assert p_value > 1e-3, counts
 
 
+@pytest.mark.parametrize("bound", [0, 1, 3, 7, 1000, 2**31 - 1])
+def test_uniform_below_is_the_high_word_of_words_times_bound(bound):
+    """Against 64-bit NumPy: floor(u * bound / 2^32) of the same `jax.random.bits` words, inside [0, bound)."""
+    key = jax.random.key(7)
+    words = np.asarray(jax.random.bits(key, (5000,), jnp.uint32)).astype(np.uint64)
+    drawn = np.asarray(jax.jit(replay.uniform_below, static_argnums=1)(key, (5000,), jnp.int32(bound)))
+    assert drawn.dtype == np.int32
+    np.testing.assert_array_equal(drawn, (words * np.uint64(bound)) >> np.uint64(32))
+    assert drawn.min() >= 0 and drawn.max() <= max(bound - 1, 0)
+
+
+def test_sample_reads_the_windows_its_words_name():
+    """Window w = floor(u * N * starts / 2^32) of the wrapped buffer is env w % N from start w // N (oldest first)."""
+    state = replay.add(replay.add(replay.init(item(), N, CAPACITY), steps(0, 7)), steps(7, 6))  # wrapped at step 3
+    key, length, window = jax.random.key(3), CAPACITY // N, 4
+    windows = replay.sample(state, key, 300, window)["id"]  # [4, 300]
+    words = np.asarray(jax.random.bits(key, (300,), jnp.uint32)).astype(np.uint64)
+    w = ((words * np.uint64(N * (length - window + 1))) >> np.uint64(32)).astype(np.int64)
+    env, start = w % N, w // N
+    oldest = 13 % length
+    slots = (oldest + start[None, :] + np.arange(window)[:, None]) % length
+    np.testing.assert_array_equal(windows, np.asarray(state.experience["id"])[env[None, :], slots])
+
+
 @pytest.mark.slow
 def test_can_sample_and_steps_stored():
     state = replay.init(item(), N, CAPACITY)
