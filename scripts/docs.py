@@ -590,6 +590,7 @@ PUREJAXRL_RUNS = (
     "purejaxrl_dqn_6_rounds_epyc_25_1_58ef991",
     "purejaxrl_4_rounds_epyc_25_1_e2f6f07",
     "purejaxrl_6_rounds_epyc_25_1_99da196",
+    "purejaxrl_dqn_6_rounds_epyc_25_1_e120a37",
 )
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",
