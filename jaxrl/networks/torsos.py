@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.networks import narrow
+
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
 
 
@@ -49,8 +51,10 @@ def orthonormal_columns(a: jax.Array) -> jax.Array:
 
 
 def dense(features: int, gain: float) -> nn.Dense:
-    """A Dense layer with orthogonal(gain) kernel and zero bias."""
-    return nn.Dense(features, kernel_init=orthogonal(gain), bias_init=nn.initializers.zeros)
+    """A Dense layer with orthogonal(gain) kernel and zero bias; a narrow one (at most `narrow.NARROW_FEATURES`
+    outputs) takes its weight gradient as one matrix-vector product per output (`narrow.narrow_dot_general`)."""
+    dot_general = narrow.narrow_dot_general if features <= narrow.NARROW_FEATURES else None
+    return nn.Dense(features, kernel_init=orthogonal(gain), bias_init=nn.initializers.zeros, dot_general=dot_general)
 
 
 def flatten_observation(obs: jax.Array, obs_ndim: int) -> jax.Array:
