@@ -64,11 +64,20 @@ def sample(state: ReplayState, key: jax.Array, batch_size: int, sequence_length:
 
 def uniform_below(key: jax.Array, shape: tuple[int, ...], bound: jax.Array) -> jax.Array:
     """int32 draws in [0, bound) for a traced `bound` below 2^31 (0 gives 0): floor(u * bound / 2^32) for uniform
-    32-bit words u (`jax.lax.mulhi`), one draw of `jax.random.bits` (Lemire 2019, "Fast random integer generation
-    in an interval", without its rejection step: each value's probability is within 2^-32 of 1 / bound)."""
+    32-bit words u, one draw of `jax.random.bits` (Lemire 2019, "Fast random integer generation in an interval",
+    without its rejection step: each value's probability is within 2^-32 of 1 / bound)."""
     words = jax.random.bits(key, shape, jnp.uint32)
-    bound = jnp.broadcast_to(jnp.asarray(bound).astype(jnp.uint32), shape)
-    return jax.lax.mulhi(words, bound).astype(jnp.int32)
+    return _high_word_of_product(words, jnp.asarray(bound).astype(jnp.uint32)).astype(jnp.int32)
+
+
+def _high_word_of_product(a: jax.Array, b: jax.Array) -> jax.Array:
+    """floor(a * b / 2^32) for uint32 a and b, in 16-bit halves: no 64-bit integers, and no `jax.lax.mulhi`, which
+    a program over several devices cannot lower (jax 0.10)."""
+    low = jnp.uint32(0xFFFF)
+    a1, a0, b1, b0 = a >> 16, a & low, b >> 16, b & low
+    cross1, cross0 = a1 * b0, a0 * b1
+    carry = ((a0 * b0) >> 16) + (cross1 & low) + (cross0 & low)
+    return a1 * b1 + (cross1 >> 16) + (cross0 >> 16) + (carry >> 16)
 
 
 def steps_stored(state: ReplayState) -> jax.Array:
