@@ -8,8 +8,9 @@ multiply and a reduction over the rows:
 
     dL/dW[:, j] = x^T g[..., j],    j = 0 .. n-1.
 
-Up to 128 rows the two give the same bits on the CPUs measured; beyond, the reduction sums in another order (both
-are float32 sums of the same terms). The forward product and dL/dx are JAX's own, unchanged. `narrow_dot_general`
+Both are float32 sums of the same terms; where XLA emits the reductions in the dot's order the bits are the same (in
+every golden case of `tests/golden_cases.py`), elsewhere (many rows; a reduction fused with its neighbours) the last
+bits can differ. The forward product and dL/dx are JAX's own, unchanged. `narrow_dot_general`
 is a `jax.custom_jvp` whose tangent in W is written as those n products, so reverse mode (their transpose) takes
 the fast form and forward mode (`jax.jvp`, `jax.linearize`: TRPO's Fisher-vector products) still works.
 """
@@ -52,8 +53,10 @@ _narrow_product.defjvp(_narrow_product_jvp, symbolic_zeros=True)
 
 def narrow_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     """`lax.dot_general` for `flax.linen.Dense(dot_general=...)`: the Dense product x W ([..., k] x [k, n]) with
-    W's gradient as n matrix-vector products (module docstring); any other product is `lax.dot_general`'s."""
+    W's gradient as n matrix-vector products (module docstring) on a CPU; any other product, and every product on
+    other backends (whose own libraries were not measured slower at it), is `lax.dot_general`'s."""
     dense = (((lhs.ndim - 1,), (0,)), ((), ()))
-    if dimension_numbers != dense or precision is not None or preferred_element_type is not None or rhs.ndim != 2:
+    plain = precision is not None or preferred_element_type is not None or rhs.ndim != 2
+    if plain or dimension_numbers != dense or jax.default_backend() != "cpu":
         return lax.dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type)
     return _narrow_product(lhs, rhs)

@@ -1,0 +1,129 @@
+"""A narrow layer's weight gradient: XLA's dot x^T g against one matrix-vector product per output feature.
+
+    python -m benchmarks.narrow_products --cpu-threads 1 --out benchmarks/results/NAME
+
+For x [m, k] and g [m, n] (a layer's inputs and its output's gradient over a minibatch of m rows), dL/dW = x^T g
+is what reverse mode computes through `flax.linen.Dense`; `jaxrl.networks.narrow` computes it as n products
+x^T g[:, j] instead. Per shape: both forms, one product and 8 of them vmapped (8 seeds in one program), each called
+`--calls` times in a `lax.scan`, the two forms alternated over `--rounds` rounds (A, B, B, A, ...), each form's
+best round; and whether the two give the same bits on random inputs. Output: a table, and `--out` as .json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks.common import machine, write_record
+from jaxrl.sweep.devices import use_cpu_threads
+
+SHAPES = [(m, k, n) for m, k in ((4, 64), (128, 64), (128, 84), (512, 64), (2048, 64)) for n in (1, 2, 4, 16)]
+SEEDS = 8
+
+
+def dot_form(x, g):
+    return jax.lax.dot_general(x, g, (((0,), (0,)), ((), ())))
+
+
+def columns_form(x, g):
+    return jnp.stack([jax.lax.dot_general(x, g[:, j], (((0,), (0,)), ((), ()))) for j in range(g.shape[1])], -1)
+
+
+def scanned(form, calls: int):
+    """`form` called `calls` times in one program, each call's input depending on the last call's output."""
+
+    def loop(x, g):
+        def body(carry, _):
+            return form(x + carry, g).reshape(-1)[0] * 1e-9, None
+
+        return jax.lax.scan(body, jnp.zeros((), x.dtype), None, length=calls)[0]
+
+    return jax.jit(loop)
+
+
+def measure_shape(m: int, k: int, n: int, seeds: int, calls: int, rounds: int) -> dict:
+    keys = jax.random.split(jax.random.key(0))
+    lead = (seeds,) if seeds > 1 else ()
+    x, g = jax.random.normal(keys[0], lead + (m, k)), jax.random.normal(keys[1], lead + (m, n))
+    forms = {"dot": dot_form, "columns": columns_form}
+    if seeds > 1:
+        forms = {name: jax.vmap(form) for name, form in forms.items()}
+    same = bool((np.asarray(jax.jit(forms["dot"])(x, g)) == np.asarray(jax.jit(forms["columns"])(x, g))).all())
+    compiled = {name: scanned(form, calls).lower(x, g).compile() for name, form in forms.items()}
+    best = dict.fromkeys(compiled, float("inf"))
+    for round_index in range(rounds):
+        for name in list(compiled)[:: 1 if round_index % 2 == 0 else -1]:
+            start = time.perf_counter()
+            jax.block_until_ready(compiled[name](x, g))
+            best[name] = min(best[name], time.perf_counter() - start)
+    us = {name: 1e6 * seconds / calls for name, seconds in best.items()}
+    return {"m": m, "k": k, "n": n, "seeds": seeds, "dot_us": us["dot"], "columns_us": us["columns"],
+            "speedup": us["dot"] / us["columns"], "same_bits": same}  # fmt: skip
+
+
+def markdown(rows: list[dict], record: dict) -> str:
+    lines = [
+        "# A narrow layer's weight gradient: XLA's dot against one matrix-vector product per output",
+        "",
+        f"`{record['command']}`, jaxrl at {record['commit']}, {record['machine']['processor']}, "
+        f"{record['machine']['cpu_count']} CPUs, {record['cpu_threads']} CPU thread(s) in XLA's pool, load before "
+        f"{record['load_before']}, after {record['machine']['load_average_1_5_15min']}; {record['calls']} calls a "
+        f"program, {record['rounds']} rounds alternating, each form's best.",
+        "",
+        "| rows m | inputs k | outputs n | seeds vmapped | x^T g as one dot, us | as n products, us | speedup "
+        "| same bits |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['m']} | {r['k']} | {r['n']} | {r['seeds']} | {r['dot_us']:.2f} | {r['columns_us']:.2f} | "
+            f"{r['speedup']:.2f}x | {'yes' if r['same_bits'] else 'no'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu-threads", type=int, default=0, help="XLA's CPU thread pool (0: XLA's default)")
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    if args.cpu_threads:
+        use_cpu_threads(args.cpu_threads)  # before any JAX operation
+    load_before = list(os.getloadavg())
+    rows = []
+    for m, k, n in SHAPES:
+        for seeds in (1, SEEDS):
+            rows.append(measure_shape(m, k, n, seeds, args.calls, args.rounds))
+            r = rows[-1]
+            shape = f"m={m:5d} k={k:3d} n={n:2d} seeds={seeds}"
+            print(f"{shape}: dot {r['dot_us']:8.2f} us, columns {r['columns_us']:8.2f} us ({r['speedup']:.2f}x), "
+                  f"same bits: {r['same_bits']}", flush=True)  # fmt: skip
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    record = {
+        "command": "python -m benchmarks.narrow_products " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commit": commit,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "load_before": load_before,
+        "cpu_threads": args.cpu_threads or "XLA's default",
+        "calls": args.calls,
+        "rounds": args.rounds,
+        "rows": rows,
+    }
+    text = markdown(rows, record)
+    print(text)
+    write_record(args.out, record, text)
+
+
+if __name__ == "__main__":
+    main()
