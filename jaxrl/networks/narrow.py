@@ -3,8 +3,8 @@ matrix-vector product per output feature.
 
 For y = x W with x [..., k] and W [k, n], reverse mode needs dL/dW = x^T g (g = dL/dy [..., n]), a product that
 contracts the rows of both operands. XLA's CPU backend runs it with its own dot emitter, which for a narrow W
-(n of 2 to 16) is several times slower than the n products x^T g_j it contains, each of which XLA turns into a
-multiply and a reduction over the rows:
+(n of 2 to 6) is slower than the n products x^T g_j it contains, each of which XLA turns into a multiply and a
+reduction over the rows (from 4 to 1000s of rows; at 8 outputs and more the dot can be the faster):
 
     dL/dW[:, j] = x^T g[..., j],    j = 0 .. n-1.
 
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-NARROW_FEATURES = 16  # layers with at most this many output features take `narrow_dot_general`
+NARROW_FEATURES = 6  # layers with at most this many outputs take `narrow_dot_general` (benchmarks.narrow_products)
 
 
 def _rows_dot_columns(x: jax.Array, w: jax.Array) -> jax.Array:
