@@ -72,7 +72,8 @@ def table(rows: list[dict], columns: list[tuple]) -> str:
 
 
 def machine(meta) -> str:
-    """The conditions of a measurement, from its JSON: date, machine, jax, load average."""
+    """The conditions of a measurement, from its JSON: date, machine, jax (the load averages stay with the result
+    files in benchmarks/results)."""
     if not isinstance(meta, dict):
         return ""
     m = meta.get("machine")
@@ -82,15 +83,10 @@ def machine(meta) -> str:
         parts.append(cpu)
         if m.get("jax"):
             parts.append(f"jax {m['jax']}")
-        for key in ("load_average_1_5_15min", "load_average_1_5_15min_at_start"):
-            if m.get(key):
-                parts.append("load average " + ", ".join(f"{v:.1f}" for v in m[key]))
     elif m:
         parts.append(str(m))
     if meta.get("jax") and not (isinstance(m, dict) and m.get("jax")):
         parts.append(f"jax {meta['jax']}")
-    if meta.get("load_average_at_end"):
-        parts.append("load average at the end " + ", ".join(f"{v:.1f}" for v in meta["load_average_at_end"]))
     return "Measured: " + "; ".join(parts) + ".\n" if parts else ""
 
 
@@ -591,6 +587,8 @@ PUREJAXRL_RUNS = (
     "purejaxrl_4_rounds_epyc_25_1_e2f6f07",
     "purejaxrl_6_rounds_epyc_25_1_99da196",
     "purejaxrl_dqn_6_rounds_epyc_25_1_e120a37",
+    "purejaxrl_4_rounds_epyc_26_2_6c5c5b8",
+    "purejaxrl_4_rounds_epyc_26_2_b579bca",
 )
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",
@@ -689,8 +687,7 @@ def pbt() -> str:
         "repetitions of each, means with 95% bootstrap intervals. Spread: the standard deviation of the members' "
         "final returns.\n\n"
         + machine(data)
-        + f"Load (`uptime`) at the end: {data['uptime_after'].split('load average: ')[-1]}. Whole benchmark: "
-        f"{data['wall_s'] / 60:.1f} min.\n\n"
+        + f"Whole benchmark: {data['wall_s'] / 60:.1f} min.\n\n"
         + "\n".join(sections)
         + "\n"
         + image("pbt_vs_search.png", "schedules of the best PBT members")
@@ -728,7 +725,7 @@ def memory() -> str:
             ("training return", lambda r: num(r.get("training_return_mean"), 2)),
             ("compile s", lambda r: num(r["compile_s"])),
             ("run s", lambda r: num(r["run_s"])),
-            ("load, date", lambda r: f"{num(r['load_average_1min'])}, {r['date'][5:]}"),
+            ("date", lambda r: r["date"][5:]),
         ],
     )
     return (
@@ -741,7 +738,8 @@ def memory() -> str:
         "trains the algorithm's `MemoryChain-bsuite` preset (64 core units) on 4 seeds vmapped in one program, then "
         "plays the greedy policy on 64 fresh episodes per seed (`python -m benchmarks.memory_cores --algo "
         "ppo|pqn --env ID`); the training return is the mean episode return of the last 10% of iterations (not "
-        "recorded for the older rows). Seconds are comparable only between rows at a similar load. "
+        "recorded for the older rows). Seconds depend on what else the machine ran (its load is in the result "
+        "file). "
         "Which core to pick: [Algorithms](../algorithms/index.md).\n\n"
         + machine(data)
         + "\n"
@@ -792,9 +790,9 @@ def craftax_1m() -> str:
 def index() -> str:
     return (
         "# Results\n\nEvery figure here is rendered by `scripts/docs.py` from the JSON that a script in "
-        "`benchmarks/` wrote to `benchmarks/results/`, with the conditions of the measurement (date, machine, "
-        "load) beside it. The CPU figures come from a 2-core x86 machine shared with other jobs: compare ratios "
-        "within a table, not absolute steps/s across tables.\n\n"
+        "`benchmarks/` wrote to `benchmarks/results/`, with the date and machine of the measurement beside it (the "
+        "result files there also hold the machine's load). The CPU figures come from a 2-core x86 machine shared "
+        "with other jobs: compare ratios within a table, not absolute steps/s across tables.\n\n"
         "| page | what | script |\n|---|---|---|\n"
         "| [Scorecard](scorecard.md) | every algorithm on five classic-control tasks, 8 seeds | "
         "`benchmarks.scorecard` |\n"
