@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import subprocess
 import sys
 import time
 
@@ -23,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.common import machine, write_record
+from benchmarks.purejaxrl import commit
 from jaxrl.sweep.devices import use_cpu_threads
 
 SHAPES = [(m, k, n) for m, k in ((4, 64), (128, 64), (128, 84), (512, 64), (2048, 64)) for n in (1, 2, 4, 6, 8, 16)]
@@ -109,10 +109,9 @@ def main(argv=None) -> None:
             shape = f"m={m:5d} k={k:3d} n={n:2d} seeds={seeds}"
             print(f"{shape}: dot {r['dot_us']:8.2f} us, columns {r['columns_us']:8.2f} us ({r['speedup']:.2f}x), "
                   f"same bits: {r['same_bits']}", flush=True)  # fmt: skip
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     record = {
         "command": "python -m benchmarks.narrow_products " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "commit": commit,
+        "commit": commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "load_before": load_before,
