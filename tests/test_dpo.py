@@ -202,8 +202,16 @@ def test_vmap_over_seeds_equals_separate_runs(config):
     train = jax.jit(dpo.train)
     separate = [train(config, k) for k in keys]
     batched = jax.jit(jax.vmap(dpo.make_train(config)))(keys)
-    for i, run in enumerate(separate):
-        assert_trees_close(index(batched, i), run, rtol=1e-4, atol=1e-5)
+    # reward_accuracy counts the pairs whose implicit-reward margin is > 0: a margin within float32 rounding of 0 may
+    # fall either side in the vmapped program, so that metric may differ by one pair in one epoch
+    one_pair = 1.0 / (config.num_groups * config.update_epochs)
+    for i, (state, metrics) in enumerate(separate):
+        batched_state, batched_metrics = index(batched, i)
+        accuracy, batched_accuracy = metrics["reward_accuracy"], batched_metrics["reward_accuracy"]
+        np.testing.assert_allclose(np.asarray(batched_accuracy), np.asarray(accuracy), atol=one_pair + 1e-6)
+        rest = {name: value for name, value in metrics.items() if name != "reward_accuracy"}
+        batched_rest = {name: value for name, value in batched_metrics.items() if name != "reward_accuracy"}
+        assert_trees_close((batched_state, batched_rest), (state, rest), rtol=1e-4, atol=1e-5)
     state, metrics = separate[0]
     for name in ("episode_return", "dpo_loss", "reward_accuracy", "pair_fraction", "entropy", "valid_fraction"):
         assert metrics[name].shape == (config.num_iterations,), name
