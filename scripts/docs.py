@@ -589,6 +589,7 @@ PUREJAXRL_RUNS = (
     "purejaxrl_dqn_6_rounds_epyc_25_1_e120a37",
     "purejaxrl_4_rounds_epyc_26_2_6c5c5b8",
     "purejaxrl_4_rounds_epyc_26_2_b579bca",
+    "purejaxrl_4_rounds_epyc_26_2_15fa753",
 )
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",
