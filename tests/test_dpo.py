@@ -205,12 +205,14 @@ def test_vmap_over_seeds_equals_separate_runs(config):
     # reward_accuracy counts the pairs whose implicit-reward margin is > 0: a margin within float32 rounding of 0 may
     # fall either side in the vmapped program, so that metric may differ by one pair in one epoch
     one_pair = 1.0 / (config.num_groups * config.update_epochs)
+
+    def split(metrics):  # (reward_accuracy, the other metrics)
+        return metrics["reward_accuracy"], {k: v for k, v in metrics.items() if k != "reward_accuracy"}
+
     for i, (state, metrics) in enumerate(separate):
         batched_state, batched_metrics = index(batched, i)
-        accuracy, batched_accuracy = metrics["reward_accuracy"], batched_metrics["reward_accuracy"]
+        (batched_accuracy, batched_rest), (accuracy, rest) = split(batched_metrics), split(metrics)
         np.testing.assert_allclose(np.asarray(batched_accuracy), np.asarray(accuracy), atol=one_pair + 1e-6)
-        rest = {name: value for name, value in metrics.items() if name != "reward_accuracy"}
-        batched_rest = {name: value for name, value in batched_metrics.items() if name != "reward_accuracy"}
         assert_trees_close((batched_state, batched_rest), (state, rest), rtol=1e-4, atol=1e-5)
     state, metrics = separate[0]
     for name in ("episode_return", "dpo_loss", "reward_accuracy", "pair_fraction", "entropy", "valid_fraction"):

@@ -12,10 +12,6 @@ from jaxrl.networks import narrow, torsos
 DENSE = lambda x: (((x.ndim - 1,), (0,)), ((), ()))  # noqa: E731 (flax Dense's dimension numbers)
 
 
-def run(fn, *args):
-    return jax.jit(fn)(*args)
-
-
 def loss(dot_general, x, w):
     return jnp.sum(jnp.tanh(dot_general(x, w, DENSE(x))) ** 2)
 
@@ -28,8 +24,8 @@ def test_gradients_equal_the_plain_products(shape, outputs):
     order), and dL/dW is x^T g of a float64 NumPy reference."""
     x = jax.random.normal(jax.random.key(0), shape)
     w = jax.random.normal(jax.random.key(1), (shape[-1], outputs))
-    plain = run(jax.grad(lambda x, w: loss(lax.dot_general, x, w), (0, 1)), x, w)
-    fast = run(jax.grad(lambda x, w: loss(narrow.narrow_dot_general, x, w), (0, 1)), x, w)
+    plain = jax.jit(jax.grad(lambda x, w: loss(lax.dot_general, x, w), (0, 1)))(x, w)
+    fast = jax.jit(jax.grad(lambda x, w: loss(narrow.narrow_dot_general, x, w), (0, 1)))(x, w)
     for a, b in zip(plain, fast, strict=True):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
     x64, w64 = np.asarray(x, np.float64), np.asarray(w, np.float64)
@@ -46,9 +42,9 @@ def test_many_rows_agree_to_float32_rounding_and_vmap_matches():
     fast = jax.grad(lambda w: loss(narrow.narrow_dot_general, x, w))(w)
     np.testing.assert_allclose(np.asarray(fast), np.asarray(plain), rtol=1e-5, atol=1e-3)
     ws = jnp.stack([w, 2 * w])
-    batched = run(jax.vmap(jax.grad(lambda w: loss(narrow.narrow_dot_general, x[:128], w))), ws)
+    batched = jax.jit(jax.vmap(jax.grad(lambda w: loss(narrow.narrow_dot_general, x[:128], w))))(ws)
     for i in range(2):
-        alone = run(jax.grad(lambda w: loss(narrow.narrow_dot_general, x[:128], w)), ws[i])
+        alone = jax.jit(jax.grad(lambda w: loss(narrow.narrow_dot_general, x[:128], w)))(ws[i])
         np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(alone), rtol=1e-5, atol=1e-6)
 
 
@@ -59,7 +55,7 @@ def test_forward_over_reverse_works_and_matches():
     v = jax.random.normal(jax.random.key(6), w.shape)
 
     def hvp(dot_general):
-        return run(lambda w, v: jax.linearize(jax.grad(lambda w: loss(dot_general, x, w)), w)[1](v), w, v)
+        return jax.jit(lambda w, v: jax.linearize(jax.grad(lambda w: loss(dot_general, x, w)), w)[1](v))(w, v)
 
     fast, plain = np.asarray(hvp(narrow.narrow_dot_general)), np.asarray(hvp(lax.dot_general))
     np.testing.assert_allclose(fast, plain, rtol=1e-4, atol=1e-5 * np.abs(plain).max())

@@ -24,28 +24,29 @@ from jax import lax
 NARROW_FEATURES = 6  # layers with at most this many outputs take `narrow_dot_general` (benchmarks.narrow_products)
 
 
+def _dense(x: jax.Array):
+    """The dimension numbers of a Dense product: x's last axis against the kernel's first."""
+    return (((x.ndim - 1,), (0,)), ((), ()))
+
+
 def _rows_dot_columns(x: jax.Array, w: jax.Array) -> jax.Array:
     """x W as n matrix-vector products, [..., k] x [k, n] -> [..., n]: column j is x w[:, j]."""
-    contract = (((x.ndim - 1,), (0,)), ((), ()))
-    return jnp.stack([lax.dot_general(x, w[:, j], contract) for j in range(w.shape[1])], axis=-1)
+    return jnp.stack([lax.dot_general(x, w[:, j], _dense(x)) for j in range(w.shape[1])], axis=-1)
 
 
 @jax.custom_jvp
 def _narrow_product(x: jax.Array, w: jax.Array) -> jax.Array:
-    return lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())))
+    return lax.dot_general(x, w, _dense(x))
 
 
 def _narrow_product_jvp(primals, tangents):
     """d(x W) = dx W + x dW, the second term as n matrix-vector products (zero tangents skipped)."""
     x, w = primals
     dx, dw = (None if isinstance(t, jax.custom_derivatives.SymbolicZero) else t for t in tangents)
-    y = lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())))
-    terms = []
-    if dx is not None:
-        terms.append(lax.dot_general(dx, w, (((dx.ndim - 1,), (0,)), ((), ()))))
-    if dw is not None:
-        terms.append(_rows_dot_columns(x, dw))
-    return y, terms[0] if len(terms) == 1 else terms[0] + terms[1]
+    terms = ([lax.dot_general(dx, w, _dense(dx))] if dx is not None else []) + (
+        [_rows_dot_columns(x, dw)] if dw is not None else []
+    )
+    return lax.dot_general(x, w, _dense(x)), sum(terms[1:], terms[0])
 
 
 _narrow_product.defjvp(_narrow_product_jvp, symbolic_zeros=True)
@@ -55,8 +56,7 @@ def narrow_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_el
     """`lax.dot_general` for `flax.linen.Dense(dot_general=...)`: the Dense product x W ([..., k] x [k, n]) with
     W's gradient as n matrix-vector products (module docstring) on a CPU; any other product, and every product on
     other backends (whose own libraries were not measured slower at it), is `lax.dot_general`'s."""
-    dense = (((lhs.ndim - 1,), (0,)), ((), ()))
     plain = precision is not None or preferred_element_type is not None or rhs.ndim != 2
-    if plain or dimension_numbers != dense or jax.default_backend() != "cpu":
+    if plain or dimension_numbers != _dense(lhs) or jax.default_backend() != "cpu":
         return lax.dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type)
     return _narrow_product(lhs, rhs)
