@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.networks import narrow
+from jaxrl.networks import weight_gradient
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
 
@@ -51,9 +51,9 @@ def orthonormal_columns(a: jax.Array) -> jax.Array:
 
 
 def dense(features: int, gain: float) -> nn.Dense:
-    """A Dense layer with orthogonal(gain) kernel and zero bias; a narrow one (at most `narrow.NARROW_FEATURES`
-    outputs) takes its weight gradient as one matrix-vector product per output (`narrow.narrow_dot_general`)."""
-    dot_general = narrow.narrow_dot_general if features <= narrow.NARROW_FEATURES else None
+    """A Dense layer with orthogonal(gain) kernel and zero bias; on a CPU a narrow or a wide one takes its weight
+    gradient in the faster form of `weight_gradient.dense_dot_general`."""
+    dot_general = weight_gradient.dense_dot_general if weight_gradient.takes_fast_form(features) else None
     return nn.Dense(features, kernel_init=orthogonal(gain), bias_init=nn.initializers.zeros, dot_general=dot_general)
 
 

@@ -1,12 +1,14 @@
-"""A narrow layer's weight gradient: XLA's dot x^T g against one matrix-vector product per output feature.
+"""A Dense layer's weight gradient: XLA's dot x^T g against the forms of `jaxrl.networks.weight_gradient`.
 
-    python -m benchmarks.narrow_products --cpu-threads 1 --out benchmarks/results/NAME
+    python -m benchmarks.weight_gradient --cpu-threads 1 --out benchmarks/results/NAME
 
 For x [m, k] and g [m, n] (a layer's inputs and its output's gradient over a minibatch of m rows), dL/dW = x^T g
-is what reverse mode computes through `flax.linen.Dense`; `jaxrl.networks.narrow` computes it as n products
-x^T g[:, j] instead. Per shape: both forms, one product and 8 of them vmapped (8 seeds in one program), each called
-`--calls` times in a `lax.scan`, the two forms alternated over `--rounds` rounds (A, B, B, A, ...), each form's
-best round; and whether the two give the same bits on random inputs. Output: a table, and `--out` as .json and .md.
+is what reverse mode computes through `flax.linen.Dense`. `jaxrl.networks.weight_gradient` computes it as n
+products x^T g[:, j] for a narrow layer ("columns") and as a plain product of a materialised x^T for a wide one
+("transposed"). Per shape: XLA's dot and the other form, one product and 8 of them vmapped (8 seeds in one
+program), each called `--calls` times in a `lax.scan`, the two forms alternated over `--rounds` rounds (A, B, B,
+A, ...), each form's best round; and whether the two give the same bits on random inputs. Output: a table, and
+`--out` as .json and .md.
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ from benchmarks.common import machine, write_record
 from benchmarks.purejaxrl import commit
 from jaxrl.sweep.devices import use_cpu_threads
 
-SHAPES = [(m, k, n) for m, k in ((4, 64), (128, 64), (128, 84), (512, 64), (2048, 64)) for n in (1, 2, 4, 6, 8, 16)]
+NARROW_SHAPES = [
+    (m, k, n) for m, k in ((4, 64), (128, 64), (128, 84), (512, 64), (2048, 64)) for n in (1, 2, 4, 6, 8, 16)
+]
+WIDE_SHAPES = [(128, 4, 64), (128, 64, 64), (512, 64, 64), (2048, 64, 64), (256, 256, 256)]
+WIDE_SHAPES += [(128, 64, 84), (128, 120, 84), (128, 84, 120)]  # widths that keep XLA's dot
+CASES = [("columns", shape) for shape in NARROW_SHAPES] + [("transposed", shape) for shape in WIDE_SHAPES]
 SEEDS = 8
 
 
@@ -35,6 +42,13 @@ def dot_form(x, g):
 
 def columns_form(x, g):
     return jnp.stack([jax.lax.dot_general(x, g[:, j], (((0,), (0,)), ((), ()))) for j in range(g.shape[1])], -1)
+
+
+def transposed_form(x, g):
+    return jax.lax.dot_general(jax.lax.optimization_barrier(x.T), g, (((1,), (0,)), ((), ())))
+
+
+FORMS = {"dot": dot_form, "columns": columns_form, "transposed": transposed_form}
 
 
 def scanned(form, calls: int):
@@ -50,14 +64,12 @@ def scanned(form, calls: int):
     return jax.jit(loop)
 
 
-def measure_shape(m: int, k: int, n: int, seeds: int, calls: int, rounds: int) -> dict:
+def measure_shape(form: str, m: int, k: int, n: int, seeds: int, calls: int, rounds: int) -> dict:
     keys = jax.random.split(jax.random.key(0))
     lead = (seeds,) if seeds > 1 else ()
     x, g = jax.random.normal(keys[0], lead + (m, k)), jax.random.normal(keys[1], lead + (m, n))
-    forms = {"dot": dot_form, "columns": columns_form}
-    if seeds > 1:
-        forms = {name: jax.vmap(form) for name, form in forms.items()}
-    same = bool((np.asarray(jax.jit(forms["dot"])(x, g)) == np.asarray(jax.jit(forms["columns"])(x, g))).all())
+    forms = {name: jax.vmap(FORMS[name]) if seeds > 1 else FORMS[name] for name in ("dot", form)}
+    same = bool((np.asarray(jax.jit(forms["dot"])(x, g)) == np.asarray(jax.jit(forms[form])(x, g))).all())
     compiled = {name: scanned(form, calls).lower(x, g).compile() for name, form in forms.items()}
     best = dict.fromkeys(compiled, float("inf"))
     for round_index in range(rounds):
@@ -66,26 +78,26 @@ def measure_shape(m: int, k: int, n: int, seeds: int, calls: int, rounds: int) -
             jax.block_until_ready(compiled[name](x, g))
             best[name] = min(best[name], time.perf_counter() - start)
     us = {name: 1e6 * seconds / calls for name, seconds in best.items()}
-    return {"m": m, "k": k, "n": n, "seeds": seeds, "dot_us": us["dot"], "columns_us": us["columns"],
-            "speedup": us["dot"] / us["columns"], "same_bits": same}  # fmt: skip
+    return {"form": form, "m": m, "k": k, "n": n, "seeds": seeds, "dot_us": us["dot"], "form_us": us[form],
+            "speedup": us["dot"] / us[form], "same_bits": same}  # fmt: skip
 
 
 def markdown(rows: list[dict], record: dict) -> str:
     lines = [
-        "# A narrow layer's weight gradient: XLA's dot against one matrix-vector product per output",
+        "# A Dense layer's weight gradient: XLA's dot against n matrix-vector products (columns) or a materialised "
+        "x^T (transposed)",
         "",
         f"`{record['command']}`, jaxrl at {record['commit']}, {record['machine']['processor']}, "
         f"{record['machine']['cpu_count']} CPUs, {record['cpu_threads']} CPU thread(s) in XLA's pool, load before "
         f"{record['load_before']}, after {record['machine']['load_average_1_5_15min']}; {record['calls']} calls a "
         f"program, {record['rounds']} rounds alternating, each form's best.",
         "",
-        "| rows m | inputs k | outputs n | seeds vmapped | x^T g as one dot, us | as n products, us | speedup "
-        "| same bits |",
-        "|---|---|---|---|---|---|---|---|",
+        "| form | rows m | inputs k | outputs n | seeds vmapped | XLA's dot, us | the form, us | speedup | same bits |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['m']} | {r['k']} | {r['n']} | {r['seeds']} | {r['dot_us']:.2f} | {r['columns_us']:.2f} | "
+            f"| {r['form']} | {r['m']} | {r['k']} | {r['n']} | {r['seeds']} | {r['dot_us']:.2f} | {r['form_us']:.2f} | "
             f"{r['speedup']:.2f}x | {'yes' if r['same_bits'] else 'no'} |"
         )
     return "\n".join(lines) + "\n"
@@ -102,15 +114,15 @@ def main(argv=None) -> None:
         use_cpu_threads(args.cpu_threads)  # before any JAX operation
     load_before = list(os.getloadavg())
     rows = []
-    for m, k, n in SHAPES:
+    for form, (m, k, n) in CASES:
         for seeds in (1, SEEDS):
-            rows.append(measure_shape(m, k, n, seeds, args.calls, args.rounds))
+            rows.append(measure_shape(form, m, k, n, seeds, args.calls, args.rounds))
             r = rows[-1]
-            shape = f"m={m:5d} k={k:3d} n={n:2d} seeds={seeds}"
-            print(f"{shape}: dot {r['dot_us']:8.2f} us, columns {r['columns_us']:8.2f} us ({r['speedup']:.2f}x), "
+            shape = f"m={m:5d} k={k:3d} n={n:3d} seeds={seeds}"
+            print(f"{shape}: dot {r['dot_us']:8.2f} us, {form} {r['form_us']:8.2f} us ({r['speedup']:.2f}x), "
                   f"same bits: {r['same_bits']}", flush=True)  # fmt: skip
     record = {
-        "command": "python -m benchmarks.narrow_products " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.weight_gradient " + " ".join(argv if argv is not None else sys.argv[1:]),
         "commit": commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
