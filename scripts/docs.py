@@ -590,6 +590,7 @@ PUREJAXRL_RUNS = (
     "purejaxrl_4_rounds_epyc_26_2_6c5c5b8",
     "purejaxrl_4_rounds_epyc_26_2_b579bca",
     "purejaxrl_4_rounds_epyc_26_2_15fa753",
+    "purejaxrl_4_rounds_epyc_26_2_4c3d869",
 )
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",
