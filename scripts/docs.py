@@ -591,6 +591,7 @@ PUREJAXRL_RUNS = (
     "purejaxrl_4_rounds_epyc_26_2_b579bca",
     "purejaxrl_4_rounds_epyc_26_2_15fa753",
     "purejaxrl_4_rounds_epyc_26_2_4c3d869",
+    "purejaxrl_4_rounds_epyc_26_2_c9f528d",
 )
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",
