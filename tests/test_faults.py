@@ -1102,27 +1102,32 @@ def _unshare_works() -> bool:
 @pytest.mark.extended
 @pytest.mark.skipif(sys.platform != "linux" or not _unshare_works(), reason="needs a mount namespace (unshare -rm)")
 def test_a_real_full_disk_at_the_second_checkpoint(finished, tmp_path):
-    """The same on a real full disk: a tmpfs in a private mount namespace, sized from the finished run's own
-    footprint on it (its two checkpoints and the rest, less half a checkpoint), so that the first checkpoint fits
-    and the second does not, whatever a checkpoint weighs on this machine: half a checkpoint on either side, for
-    the files orbax holds while it writes the first and for what the rest of the folder (metrics rows, the
-    summary) grows by after the second. The check of the free space is off, so that orbax itself meets the full
-    disk (its error logs and its late tracebacks were the noise). What the run left is copied out and resumed."""
+    """The same on a real full disk: a tmpfs in a private mount namespace, sized from the footprint on it of a
+    finished run made the same way just before (its two checkpoints and the rest, less half a checkpoint), so that
+    the first checkpoint fits and the second does not, whatever a checkpoint weighs on this machine: half a
+    checkpoint on either side, for the files orbax holds while it writes the first and for what the rest of the
+    folder (metrics rows, the summary) grows by after the second. The check of the free space is off, so that orbax
+    itself meets the full disk (its error logs and its late tracebacks were the noise). What the run left is
+    copied out and resumed."""
     mount, kept = tmp_path / "tmpfs", tmp_path / "kept"
     mount.mkdir()
-    run = mount / "run"
+    run, probe = mount / "run", mount / "probe"
     script = (
         "import sys; from jaxrl.run import checkpoint; checkpoint._free_bytes = lambda d: None; "
         "from jaxrl import cli; sys.exit(cli.main(sys.argv[1:]))"
     )
-    train = [sys.executable, "-c", script, "train", "ppo", *TINY.split(), "--run-dir", str(run)]
-    one = finished / "checkpoints" / "6"
+
+    def train(folder: Path) -> str:
+        return " ".join(
+            map(repr, [sys.executable, "-c", script, "train", "ppo", *TINY.split(), "--run-dir", str(folder)])
+        )
+
     used = f"df --output=used -B1 {mount} | tail -1"
     shell = (
-        f"mount -t tmpfs -o size=64m tmpfs {mount} && cp -r {finished} {mount}/probe && all=$({used}) && "
-        f"rm -rf {mount}/probe && cp -r {one} {mount}/probe && one=$({used}) && rm -rf {mount}/probe && "
+        f"mount -t tmpfs -o size=64m tmpfs {mount} && {train(probe)} > /dev/null 2>&1 && all=$({used}) && "
+        f"cp -r {probe}/checkpoints/6 {mount}/one && one=$(( $({used}) - all )) && rm -rf {probe} {mount}/one && "
         f"mount -o remount,size=$((all - one / 2)) tmpfs {mount} && "
-        f"{' '.join(map(repr, train))} 2> {tmp_path / 'err'}; code=$?; cp -r {run} {kept}; exit $code"
+        f"{train(run)} 2> {tmp_path / 'err'}; code=$?; cp -r {run} {kept}; exit $code"
     )
     done = subprocess.run(["unshare", "-rm", "sh", "-c", shell], capture_output=True, text=True, timeout=600)
     _assert_full_disk_at_the_second_checkpoint(done.returncode, (tmp_path / "err").read_text(), kept, run)
