@@ -25,7 +25,8 @@
     DQN's gradient step (other last bits).
 (f) The products' floor: PPO's minibatch step and DQN's gradient step, jaxrl's and the plain ones (PureJaxRL's
     shapes), each against the matrix products its program must do, each timed alone and summed
-    (`benchmarks.products`): how far above its arithmetic each step runs, and the GFLOP/s of both.
+    (`benchmarks.products`): how far above its arithmetic each step runs, and the GFLOP/s of both; and each step's
+    FLOPs at the rate of one large product alone (the core's peak, `peak_gflops`).
 (g) PPO over 8 seeds vmapped in one program: section (a)'s rollout cases at 4 envs and jaxrl's minibatch step
     against its products (section (f)), both vmapped, and the bound they make: env steps/s if an iteration were
     the faster rollout plus the products of its minibatch steps alone.
@@ -654,7 +655,28 @@ def ppo_update_phase(key):
     return config, setup, ppo.init(setup, config, key), ppo_batch(config, setup, key), phase
 
 
+PEAK_PRODUCT = 512  # a PEAK_PRODUCT-cubed float32 product alone: the core's arithmetic peak for section (f)
+
+
+def peak_gflops(repeats: int, key) -> float:
+    """GFLOP/s of a large square float32 product alone (`products.products_only`): the rate the steps' products
+    would run at if their shapes cost nothing."""
+    n = PEAK_PRODUCT
+    dot = products.Dot((n, n), (n, n), jnp.float32, jnp.float32, (((1,), (0,)), ((), ())), None)
+    iterations = 50
+    run = timed(products.products_only([dot], iterations), key, repeats=repeats)
+    return dot.flops * iterations / run["run_s"] / 1e9
+
+
 def products_section(iterations: int, repeats: int, key) -> list[dict]:
+    """PPO's minibatch step and DQN's gradient step, jaxrl's and the plain ones, against their products alone, and
+    each step's FLOPs at the peak of one large product (`peak_gflops`)."""
+    peak = peak_gflops(repeats, key)
+    rows = steps_against_products(iterations, repeats, key)
+    return [dict(row, peak_gflops=peak, at_peak_us=row["mflop"] * 1e3 / peak) for row in rows]
+
+
+def steps_against_products(iterations: int, repeats: int, key) -> list[dict]:
     """PPO's minibatch step and DQN's gradient step, jaxrl's and the plain ones, against their products alone."""
     config, setup, state, batch, jaxrl_phase = ppo_update_phase(key)
     n, steps = config.num_envs * config.num_steps, config.updates_per_iteration
@@ -821,14 +843,20 @@ def markdown(rows: list[dict], record: dict) -> str:
             "(f) Steps against their matrix products, each product alone (floor, step, step, floor; each the best "
             "of its runs)",
             "| step | us per step | its products, us | step / products | products per step (distinct) | "
-            "MFLOP per step | GFLOP/s in the step | GFLOP/s of the products alone |",
+            "MFLOP per step | GFLOP/s in the step | GFLOP/s of the products alone | its FLOPs at the peak, us |",
             [
                 f"| {r['case']} | {r['us_per_step']:.1f} | {r['products_us']:.1f} | {r['of_products']:.2f} | "
                 f"{r['products']:.0f} ({r['distinct_products']}) | {r['mflop']:.2f} | {r['gflops_step']:.1f} | "
-                f"{r['gflops_products']:.1f} |"
+                f"{r['gflops_products']:.1f} | {r.get('at_peak_us', float('nan')):.1f} |"
                 for r in of("f")
             ],
         )
+        if "peak_gflops" in of("f")[0]:
+            out += [
+                "",
+                f"The peak: one {PEAK_PRODUCT} x {PEAK_PRODUCT} x {PEAK_PRODUCT} float32 product alone ran at "
+                f"{of('f')[0]['peak_gflops']:.1f} GFLOP/s; the last column is each step's FLOPs at that rate.",
+            ]
     if of("g"):
         rollouts, (step,) = [r for r in of("g") if "of_products" not in r], [r for r in of("g") if "of_products" in r]
         out += table(
