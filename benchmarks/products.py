@@ -11,10 +11,10 @@ inside a `lax.scan` counts `length` times; of a `lax.cond`'s branches the one wi
 times in a `lax.scan`, and nothing else but what keeps XLA from hoisting them out of the loop or running them at
 once: one element of each left operand (carried by the loop, so updated in place) moves by 1e-30 times the first
 element of the product before it, which joins a running total (two one-element operations per product). A
-product whose [m, n] output the program transposes (JAX's reverse mode writes x^T g as (g^T x)^T where the axes
-come in that order) is run with that transpose, as the program runs it: XLA then writes the output as [n, m]
-directly. Without it, DQN's first layer's weight gradient, [128, 120]^T x [128, 4], wrote 4-column rows and took
-about 4x the time.
+product whose [..., m, n] output the program transposes to [..., n, m] (JAX's reverse mode writes x^T g as
+(g^T x)^T where the axes come in that order, vmapped or not) is run with that transpose, as the program runs it:
+XLA then writes the output as [..., n, m] directly. Without it, DQN's first layer's weight gradient,
+[128, 120]^T x [128, 4], wrote 4-column rows and took 2.4x the time.
 
 A step's floor here is the sum over its distinct products of each one's time alone (`products_only([dot])`), times
 its count: what the step's arithmetic costs on this machine, each product run as fast as the machine runs it alone.
@@ -46,7 +46,7 @@ class Dot(NamedTuple):
     dimension_numbers: tuple
     preferred_element_type: jnp.dtype | None
     count: int = 1
-    transposed: bool = False  # the program transposes its [m, n] output, so XLA may write it as [n, m]
+    transposed: bool = False  # the program swaps its output's last two axes, so XLA may write them swapped
 
     @property
     def flops(self) -> int:
@@ -96,13 +96,19 @@ def as_run(lhs_shape: tuple[int, ...], rhs_shape: tuple[int, ...], dimension_num
     return lhs[0], rhs[0], ((tuple(lhs[1]), tuple(rhs[1])), ((), ()))
 
 
+def _swaps_last_two(permutation: tuple[int, ...]) -> bool:
+    n = len(permutation)
+    return n >= 2 and tuple(permutation) == (*range(n - 2), n - 1, n - 2)
+
+
 def _transposed_matrices(jaxpr) -> set:
-    """The variables of `jaxpr` that a `transpose` of two axes reads: JAX's transpose of a product whose
-    contraction leaves the operands' free axes in the other order (x^T g computed as (g^T x)^T)."""
+    """The variables of `jaxpr` that a `transpose` of their last two axes reads: JAX's transpose of a product
+    whose contraction leaves the operands' free axes in the other order (x^T g computed as (g^T x)^T), batched or
+    not."""
     return {
         eqn.invars[0]
         for eqn in jaxpr.eqns
-        if eqn.primitive.name == "transpose" and tuple(eqn.params["permutation"]) == (1, 0)
+        if eqn.primitive.name == "transpose" and _swaps_last_two(eqn.params["permutation"])
     }
 
 
@@ -172,7 +178,7 @@ def products_only(found: list[Dot], iterations: int) -> Callable[[jax.Array], ja
                 out = jax.lax.dot_general(
                     lhs, rhs, d.dimension_numbers, preferred_element_type=d.preferred_element_type
                 )
-                out = out.T if d.transposed else out
+                out = jnp.swapaxes(out, -1, -2) if d.transposed else out
                 last = jax.lax.optimization_barrier(out).ravel()[0].astype(jnp.float32)  # all of it is computed
                 total = total + last
                 moved.append(lhs)

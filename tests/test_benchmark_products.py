@@ -134,17 +134,23 @@ def test_the_products_only_program_runs_each_product_once_per_iteration():
     assert jnp.isfinite(compiled(jax.random.key(0)))
 
 
-def test_a_product_whose_output_the_program_transposes_is_timed_with_that_transpose():
+@pytest.mark.parametrize("seeds", [None, 3])
+def test_a_product_whose_output_the_program_transposes_is_timed_with_that_transpose(seeds):
     def weight_gradient(w, x):
-        return jax.grad(lambda w: (x @ w).sum())(w)
+        return jax.grad(lambda w: jnp.tanh(x @ w).sum())(w)
 
-    found = products.dots(weight_gradient, jnp.ones((4, 120)), jnp.ones((128, 4)))
+    w, x = jnp.ones((4, 120)), jnp.ones((128, 4))
+    if seeds:  # vmapped: a batched product whose last two axes the program swaps
+        weight_gradient = jax.vmap(weight_gradient)
+        w, x = jnp.stack([w] * seeds), jnp.stack([x] * seeds)
+    batch = (seeds,) if seeds else ()
+    found = products.dots(weight_gradient, w, x)
     flipped = [d for d in found if d.transposed]
     # JAX writes x^T g as (g^T x)^T: a [120, 4] product, then its transpose; the forward product is not transposed
-    assert [(d.lhs_shape, d.rhs_shape) for d in flipped] == [((128, 120), (128, 4))]
+    assert [(d.lhs_shape, d.rhs_shape) for d in flipped] == [((*batch, 128, 120), (*batch, 128, 4))]
     assert all(not d.transposed for d in found if d not in flipped)
     (timed,) = products.dots(products.products_only(flipped, iterations=2), jax.random.key(0))
-    assert timed.transposed and (timed.lhs_shape, timed.rhs_shape) == ((128, 120), (128, 4))
+    assert timed.transposed and (timed.lhs_shape, timed.rhs_shape) == ((*batch, 128, 120), (*batch, 128, 4))
 
 
 def test_distinct_merges_products_of_one_shape_and_keeps_the_flops():
