@@ -224,6 +224,21 @@ def test_the_seeds_bound_adds_the_faster_rollout_to_each_minibatch_steps_product
     assert bound["bound_steps_per_s"] == pytest.approx(1e6 * env_steps / bound["bound_us_per_iteration"])
 
 
+def test_the_peak_is_a_large_products_rate_and_each_step_is_priced_at_it(monkeypatch):
+    from benchmarks import limits
+
+    def fake_timed(fn, key, repeats):  # the peak's program: 50 products of 512^3 in 0.1 s
+        return {"run_s": 0.1, "xla_s": 0.0, "trace_s": 0.0, "ops": 1}
+
+    steps = [{"section": "f", "case": "a step", "mflop": 6.0}, {"section": "f", "case": "another", "mflop": 10.0}]
+    monkeypatch.setattr(limits, "timed", fake_timed)
+    monkeypatch.setattr(limits, "steps_against_products", lambda iterations, repeats, key: [dict(r) for r in steps])
+    rows = limits.products_section(1, 1, jax.random.key(0))
+    peak = 50 * 2 * 512**3 / 0.1 / 1e9
+    assert [r["peak_gflops"] for r in rows] == pytest.approx([peak, peak])
+    assert [r["at_peak_us"] for r in rows] == pytest.approx([6.0e3 / peak, 10.0e3 / peak])  # MFLOP / GFLOP/s
+
+
 def test_limits_alternates_its_cases_round_by_round_and_keeps_each_cases_best_call(monkeypatch):
     from benchmarks import limits
 
