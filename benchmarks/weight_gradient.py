@@ -2,13 +2,15 @@
 
     python -m benchmarks.weight_gradient --cpu-threads 1 --out benchmarks/results/NAME
 
-For x [m, k] and g [m, n] (a layer's inputs and its output's gradient over a minibatch of m rows), dL/dW = x^T g
-is what reverse mode computes through `flax.linen.Dense`. `jaxrl.networks.weight_gradient` computes it as n
-products x^T g[:, j] for a narrow layer ("columns") and as a plain product of a materialised x^T for a wide one
-("transposed"). Per shape: XLA's dot and the other form, one product and 8 of them vmapped (8 seeds in one
-program), each called `--calls` times in a `lax.scan`, the two forms alternated over `--rounds` rounds (A, B, B,
-A, ...), each form's best round; and whether the two give the same bits on random inputs. Output: a table, and
-`--out` as .json and .md.
+For x [m, k] and g [m, n] (a layer's inputs and its output's gradient over a minibatch of m rows), dL/dW = x^T g is
+what reverse mode computes through `flax.linen.Dense`. `jaxrl.networks.weight_gradient` computes it as n products
+x^T g[:, j] for a narrow layer ("columns") and as a plain product of a materialised x^T for a wide one
+("transposed"). Two more forms of the same sums are there to compare: (g^T x)^T, the order JAX's reverse mode writes
+when the operands' free axes come the other way ("swapped"), and a materialised g^T before the plain product g^T x,
+then transposed ("g_transposed"); `--cases FORM:MxKxN ...` picks forms and shapes. Per shape: XLA's dot and the
+other form, one product and 8 of them vmapped (8 seeds in one program), each called `--calls` times in a `lax.scan`,
+the two forms alternated over `--rounds` rounds (A, B, B, A, ...), each form's best round; and whether the two give
+the same bits on random inputs. Output: a table, and `--out` as .json and .md.
 """
 
 from __future__ import annotations
@@ -48,7 +50,23 @@ def transposed_form(x, g):
     return jax.lax.dot_general(jax.lax.optimization_barrier(x.T), g, (((1,), (0,)), ((), ())))
 
 
-FORMS = {"dot": dot_form, "columns": columns_form, "transposed": transposed_form}
+def swapped_form(x, g):
+    """(g^T x)^T: the product JAX's reverse mode writes where the operands' free axes come in the other order."""
+    return jax.lax.dot_general(g, x, (((0,), (0,)), ((), ()))).T
+
+
+def g_transposed_form(x, g):
+    """g^T materialised, the plain product g^T x, then its transpose."""
+    return jax.lax.dot_general(jax.lax.optimization_barrier(g.T), x, (((1,), (0,)), ((), ()))).T
+
+
+FORMS = {
+    "dot": dot_form,
+    "columns": columns_form,
+    "transposed": transposed_form,
+    "swapped": swapped_form,
+    "g_transposed": g_transposed_form,
+}
 
 
 def scanned(form, calls: int):
@@ -84,8 +102,8 @@ def measure_shape(form: str, m: int, k: int, n: int, seeds: int, calls: int, rou
 
 def markdown(rows: list[dict], record: dict) -> str:
     lines = [
-        "# A Dense layer's weight gradient: XLA's dot against n matrix-vector products (columns) or a materialised "
-        "x^T (transposed)",
+        "# A Dense layer's weight gradient: XLA's dot against n matrix-vector products (columns), a materialised "
+        "x^T (transposed), (g^T x)^T (swapped) or a materialised g^T (g_transposed)",
         "",
         f"`{record['command']}`, jaxrl at {record['commit']}, {record['machine']['processor']}, "
         f"{record['machine']['cpu_count']} CPUs, {record['cpu_threads']} CPU thread(s) in XLA's pool, load before "
@@ -103,18 +121,37 @@ def markdown(rows: list[dict], record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parse_case(text: str) -> tuple[str, tuple[int, int, int]]:
+    """`swapped:128x120x84` -> ("swapped", (128, 120, 84)); one line naming what is wrong otherwise."""
+    form, _, shape = text.partition(":")
+    sizes = shape.split("x")
+    if form not in FORMS or form == "dot" or len(sizes) != 3 or not all(s.isdigit() and int(s) > 0 for s in sizes):
+        forms = ", ".join(f for f in FORMS if f != "dot")
+        raise SystemExit(f"--cases {text!r}: expected FORM:MxKxN with FORM one of {forms} and M, K, N positive")
+    m, k, n = (int(s) for s in sizes)
+    return form, (m, k, n)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-threads", type=int, default=0, help="XLA's CPU thread pool (0: XLA's default)")
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        metavar="FORM:MxKxN",
+        help=f"forms ({', '.join(f for f in FORMS if f != 'dot')}) at shapes, e.g. swapped:128x120x84 "
+        "(default: the narrow and wide forms' shapes)",
+    )
     args = parser.parse_args(argv)
+    cases = [parse_case(c) for c in args.cases] if args.cases else CASES
     if args.cpu_threads:
         use_cpu_threads(args.cpu_threads)  # before any JAX operation
     load_before = list(os.getloadavg())
     rows = []
-    for form, (m, k, n) in CASES:
+    for form, (m, k, n) in cases:
         for seeds in (1, SEEDS):
             rows.append(measure_shape(form, m, k, n, seeds, args.calls, args.rounds))
             r = rows[-1]

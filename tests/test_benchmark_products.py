@@ -300,3 +300,25 @@ def test_the_dqn_parts_sum_counts_the_replay_sample_once(monkeypatch):
     rows = limits.dqn_section(100, 1, jax.random.key(0))
     assert [r["us_per_iteration"] for r in rows] == pytest.approx(list(us.values()))
     assert rows[0]["sum_of_parts_us"] == pytest.approx(10.0 + 1.0 + 250.0 + 0.5)
+
+
+@pytest.mark.parametrize("form", ["dot", "columns", "transposed", "swapped", "g_transposed"])
+def test_every_weight_gradient_form_of_the_benchmark_is_x_transpose_g(form):
+    import numpy as np
+
+    from benchmarks import weight_gradient
+
+    x, g = jax.random.normal(jax.random.key(1), (128, 12)), jax.random.normal(jax.random.key(2), (128, 5))
+    reference = np.asarray(x, np.float64).T @ np.asarray(g, np.float64)
+    out = np.asarray(jax.jit(weight_gradient.FORMS[form])(x, g))
+    assert out.shape == (12, 5)
+    np.testing.assert_allclose(out, reference, rtol=1e-5, atol=1e-4)
+
+
+def test_the_weight_gradient_benchmark_reads_its_cases_and_refuses_a_bad_one():
+    from benchmarks import weight_gradient
+
+    assert weight_gradient.parse_case("swapped:128x120x84") == ("swapped", (128, 120, 84))
+    for bad in ("dot:128x4x4", "nope:128x4x4", "swapped:128x4", "swapped:128x0x4"):
+        with pytest.raises(SystemExit, match="FORM:MxKxN"):
+            weight_gradient.parse_case(bad)
