@@ -847,16 +847,15 @@ def markdown(rows: list[dict], record: dict) -> str:
             [
                 f"| {r['case']} | {r['us_per_step']:.1f} | {r['products_us']:.1f} | {r['of_products']:.2f} | "
                 f"{r['products']:.0f} ({r['distinct_products']}) | {r['mflop']:.2f} | {r['gflops_step']:.1f} | "
-                f"{r['gflops_products']:.1f} | {r.get('at_peak_us', float('nan')):.1f} |"
+                f"{r['gflops_products']:.1f} | {r['at_peak_us']:.1f} |"
                 for r in of("f")
             ],
         )
-        if "peak_gflops" in of("f")[0]:
-            out += [
-                "",
-                f"The peak: one {PEAK_PRODUCT} x {PEAK_PRODUCT} x {PEAK_PRODUCT} float32 product alone ran at "
-                f"{of('f')[0]['peak_gflops']:.1f} GFLOP/s; the last column is each step's FLOPs at that rate.",
-            ]
+        out += [
+            "",
+            f"The peak: one {PEAK_PRODUCT} x {PEAK_PRODUCT} x {PEAK_PRODUCT} float32 product alone ran at "
+            f"{of('f')[0]['peak_gflops']:.1f} GFLOP/s; the last column is each step's FLOPs at that rate.",
+        ]
     if of("g"):
         rollouts, (step,) = [r for r in of("g") if "of_products" not in r], [r for r in of("g") if "of_products" in r]
         out += table(

@@ -237,6 +237,13 @@ def test_the_peak_is_a_large_products_rate_and_each_step_is_priced_at_it(monkeyp
     peak = 50 * 2 * 512**3 / 0.1 / 1e9
     assert [r["peak_gflops"] for r in rows] == pytest.approx([peak, peak])
     assert [r["at_peak_us"] for r in rows] == pytest.approx([6.0e3 / peak, 10.0e3 / peak])  # MFLOP / GFLOP/s
+    for row in rows:
+        row.update(us_per_step=1.0, products_us=1.0, of_products=1.0, products=1, distinct_products=1)
+        row.update(gflops_step=1.0, gflops_products=1.0)
+    record = {"commit": "x", "machine": {"processor": "p", "cpu_count": 2}, "xla_flags": "", "load_before": [0]}
+    text = limits.markdown(rows, {**record, "load_after": [0]})
+    assert f"product alone ran at {peak:.1f} GFLOP/s" in text
+    assert f"| a step | 1.0 | 1.0 | 1.00 | 1 (1) | 6.00 | 1.0 | 1.0 | {6.0e3 / peak:.1f} |" in text
 
 
 def test_limits_alternates_its_cases_round_by_round_and_keeps_each_cases_best_call(monkeypatch):
