@@ -8,7 +8,8 @@
     actor's forward pass and sampling, nothing stored) and the env + policy-and-critic-forward limit (the same and
     the critic on every observation, which GAE needs), `benchmarks.throughput.env_loop`. The four programs are
     compiled first, then called in turn, the order reversed every round (2 x `--repeats` rounds): each case's
-    best call.
+    best call. And the ceiling the critic puts on the rollout (`critic_ceiling`): its forward pass's FLOPs at
+    the peak rate of section (f), added to the env + policy-forward limit's time.
 (b) PPO's update phase: `update_epochs` x `num_minibatches` minibatch steps of jaxrl (`ppo.loss_fn` through
     `actor_critic.minibatch_updates`) against the same steps written as plainly as possible: a flax 2 x 64 tanh
     actor and critic, distrax's categorical, the clipped surrogate and the clipped value loss, an entropy bonus,
@@ -140,9 +141,34 @@ def stacked(tree, seeds: int):
     return tree if seeds == 1 else jax.tree.map(lambda x: jnp.stack([x] * seeds), tree)
 
 
-def rollout_section(num_envs: int, iterations: int, repeats: int, key, seeds: int = 1) -> list[dict]:
+def critic_mflop(setup, params, config) -> float:
+    """MFLOP of the critic's forward pass over one rollout's T + 1 observations of every env (`rollout.values_of`,
+    as the rollout runs it): the products the rollout does beyond the env + policy-forward limit's."""
+    value = actor_critic.behaviour(setup.network, params)[1]
+    obs = jnp.zeros((config.num_steps + 1, config.num_envs, *setup.env.spec.observation_shape), jnp.float32)
+    return products.flops(products.dots(lambda o: rollout_lib.values_of(value, o), obs)) / 1e6
+
+
+def critic_ceiling(rows: list[dict], mflop: float, peak: float) -> dict:
+    """The most of the env + policy-forward limit a rollout that also runs the critic can reach: the limit's time
+    per rollout against that time plus the critic's FLOPs (`mflop`, all seeds) at the peak rate, everything else of
+    the critic free."""
+    policy = next(r for r in rows if r["case"] == "env + policy forward")
+    policy_us = 1e6 * policy["env_steps"] / policy["steps_per_s"]
+    at_peak_us = mflop * 1e3 / peak
+    return {
+        "critic_mflop": mflop,
+        "peak_gflops": peak,
+        "critic_at_peak_us": at_peak_us,
+        "policy_limit_us": policy_us,
+        "ceiling_of_policy_forward_limit": policy_us / (policy_us + at_peak_us),
+    }
+
+
+def rollout_section(num_envs: int, iterations: int, repeats: int, key, seeds: int = 1, peak=None) -> list[dict]:
     """PPO's rollout at PureJaxRL's config with `num_envs` envs against its limits; with `seeds` > 1 every case runs
-    vmapped over that many seeds in one program (env steps/s counts all seeds')."""
+    vmapped over that many seeds in one program (env steps/s counts all seeds'). With `peak` (a callable giving
+    the peak GFLOP/s), the rollout's row also carries `critic_ceiling`."""
     config = ppo.Config(**{**PUREJAXRL, "num_envs": num_envs, "total_timesteps": num_envs * 128 * iterations})
     setup = ppo.setup(config)
     state = ppo.init(setup, config, key)
@@ -178,12 +204,22 @@ def rollout_section(num_envs: int, iterations: int, repeats: int, key, seeds: in
     for name, r in timings.items():
         steps_per_s = length * num_envs * seeds / r["run_s"]
         rows.append(
-            {"section": "a", "case": name, "num_envs": num_envs, "seeds": seeds, "steps_per_s": steps_per_s, **r}
+            {
+                "section": "a",
+                "case": name,
+                "num_envs": num_envs,
+                "seeds": seeds,
+                "env_steps": config.num_steps * num_envs * seeds,  # one rollout's
+                "steps_per_s": steps_per_s,
+                **r,
+            }
         )
     policy_limit, actor_critic_limit = rows[1]["steps_per_s"], rows[2]["steps_per_s"]
     for r in rows:
         r["of_policy_forward_limit"] = r["steps_per_s"] / policy_limit
         r["of_actor_critic_limit"] = r["steps_per_s"] / actor_critic_limit
+    if peak is not None:
+        rows[-1].update(critic_ceiling(rows, seeds * critic_mflop(setup, state.params, config), peak()))
     return rows
 
 
@@ -655,7 +691,7 @@ def ppo_update_phase(key):
     return config, setup, ppo.init(setup, config, key), ppo_batch(config, setup, key), phase
 
 
-PEAK_PRODUCT = 512  # a PEAK_PRODUCT-cubed float32 product alone: the core's arithmetic peak for section (f)
+PEAK_PRODUCT = 512  # a PEAK_PRODUCT-cubed float32 product alone: the core's arithmetic peak for sections (a) and (f)
 
 
 def peak_gflops(repeats: int, key) -> float:
@@ -668,10 +704,10 @@ def peak_gflops(repeats: int, key) -> float:
     return dot.flops * iterations / run["run_s"] / 1e9
 
 
-def products_section(iterations: int, repeats: int, key) -> list[dict]:
+def products_section(iterations: int, repeats: int, key, peak=None) -> list[dict]:
     """PPO's minibatch step and DQN's gradient step, jaxrl's and the plain ones, against their products alone, and
-    each step's FLOPs at the peak of one large product (`peak_gflops`)."""
-    peak = peak_gflops(repeats, key)
+    each step's FLOPs at the peak of one large product (`peak()`, default `peak_gflops`)."""
+    peak = peak() if peak is not None else peak_gflops(repeats, key)
     rows = steps_against_products(iterations, repeats, key)
     return [dict(row, peak_gflops=peak, at_peak_us=row["mflop"] * 1e3 / peak) for row in rows]
 
@@ -779,6 +815,17 @@ def table(title: str | None, header: str, lines: list[str]) -> list[str]:
     return ["", *heading, header, "|" + "---|" * (header.count("|") - 1), *lines]
 
 
+def ceiling_sentence(r: dict) -> str:
+    """Section (a)'s rollout row's `critic_ceiling` in words."""
+    return (
+        f"At {r['num_envs']} envs the critic's forward pass over a rollout's observations is {r['critic_mflop']:.2f} "
+        f"MFLOP: {r['critic_at_peak_us']:,.0f} us at the peak ({r['peak_gflops']:.1f} GFLOP/s, one "
+        f"{PEAK_PRODUCT}-cubed product alone), against {r['policy_limit_us']:,.0f} us a rollout at the env + policy "
+        f"limit. A rollout that runs it reaches at most {r['ceiling_of_policy_forward_limit']:.2f} of that limit, "
+        "even with the rest of the critic free."
+    )
+
+
 def markdown(rows: list[dict], record: dict) -> str:
     def of(section):
         return [r for r in rows if r["section"] == section]
@@ -802,6 +849,7 @@ def markdown(rows: list[dict], record: dict) -> str:
                 for r in of("a")
             ],
         )
+        out += [line for r in of("a") if "ceiling_of_policy_forward_limit" in r for line in ("", ceiling_sentence(r))]
     if of("b"):
         out += table(
             "(b) PPO minibatch steps against the plain step",
@@ -897,10 +945,11 @@ def main(argv=None) -> None:
     scale = 0.2 if args.quick else 1.0
     key = jax.random.key(0)
     load_before = os.getloadavg()
+    peak = functools.cache(lambda: peak_gflops(args.repeats, key))  # one measurement for sections (a) and (f)
     sections = {
         "a": lambda: (
-            rollout_section(4, int(200 * scale), args.repeats, key)
-            + rollout_section(2048, max(1, int(10 * scale)), args.repeats, key)
+            rollout_section(4, int(200 * scale), args.repeats, key, peak=peak)
+            + rollout_section(2048, max(1, int(10 * scale)), args.repeats, key, peak=peak)
         ),
         "b": lambda: (
             ppo_update_section(int(200 * scale), args.repeats, key)
@@ -909,7 +958,7 @@ def main(argv=None) -> None:
         "c": lambda: dqn_section(int(5000 * scale), args.repeats, key),
         "d": lambda: compile_section(key),
         "e": lambda: cuts_section(int(2000 * scale), args.repeats, key),
-        "f": lambda: products_section(int(200 * scale), args.repeats, key),
+        "f": lambda: products_section(int(200 * scale), args.repeats, key, peak=peak),
         "g": lambda: seeds_bound_section(8, int(100 * scale), args.repeats, key),
     }
     rows = [row for name in args.sections for row in sections[name]()]

@@ -246,6 +246,37 @@ def test_the_peak_is_a_large_products_rate_and_each_step_is_priced_at_it(monkeyp
     assert f"| a step | 1.0 | 1.0 | 1.00 | 1 (1) | 6.00 | 1.0 | 1.0 | {6.0e3 / peak:.1f} |" in text
 
 
+@pytest.mark.parametrize("num_envs", [4, 1024])  # 1024 x 129 rows: the critic runs in chunks (`values_of`)
+def test_the_critics_flops_are_its_layers_on_every_observation_of_a_rollout(num_envs):
+    from benchmarks import limits
+    from benchmarks.throughput import PUREJAXRL
+    from jaxrl.algos import ppo
+
+    config = ppo.Config(**{**PUREJAXRL, "num_envs": num_envs, "total_timesteps": num_envs * 128})
+    setup = ppo.setup(config)
+    params = ppo.init(setup, config, jax.random.key(0)).params
+    rows = (config.num_steps + 1) * num_envs
+    per_row = 2 * (4 * 64 + 64 * 64 + 64 * 1)  # CartPole's 4 inputs, 2 x 64, one value
+    assert limits.critic_mflop(setup, params, config) == pytest.approx(rows * per_row / 1e6)
+
+
+def test_the_critic_caps_the_rollout_at_the_policy_limits_time_over_that_time_plus_the_critic_at_the_peak():
+    from benchmarks import limits
+
+    rows = [
+        {"section": "a", "case": "env only (random actions)", "num_envs": 4, "env_steps": 512, "steps_per_s": 2e6},
+        {"section": "a", "case": "env + policy forward", "num_envs": 4, "env_steps": 512, "steps_per_s": 1.024e6},
+        {"section": "a", "case": limits.ROLLOUT_CASE, "num_envs": 4, "env_steps": 512, "steps_per_s": 8e5},
+    ]
+    ceiling = limits.critic_ceiling(rows, mflop=100.0, peak=200.0)  # 100 MFLOP at 200 GFLOP/s: 500 us
+    assert ceiling["policy_limit_us"] == pytest.approx(500.0)  # 512 env steps at 1.024M a second
+    assert ceiling["critic_at_peak_us"] == pytest.approx(500.0)
+    assert ceiling["ceiling_of_policy_forward_limit"] == pytest.approx(0.5)
+    sentence = limits.ceiling_sentence({**rows[2], **ceiling})
+    assert "At 4 envs" in sentence and "100.00 MFLOP: 500 us at the peak (200.0 GFLOP/s" in sentence
+    assert sentence.endswith("reaches at most 0.50 of that limit, even with the rest of the critic free.")
+
+
 def test_limits_alternates_its_cases_round_by_round_and_keeps_each_cases_best_call(monkeypatch):
     from benchmarks import limits
 
