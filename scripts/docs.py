@@ -593,6 +593,7 @@ PUREJAXRL_RUNS = (
     "purejaxrl_4_rounds_epyc_26_2_4c3d869",
     "purejaxrl_4_rounds_epyc_26_2_c9f528d",
     "purejaxrl_4_rounds_epyc_26_2_c468371",
+    "purejaxrl_8_rounds_epyc_26_2_721ec08",
 )
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",
