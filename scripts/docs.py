@@ -594,6 +594,7 @@ PUREJAXRL_RUNS = (
     "purejaxrl_4_rounds_epyc_26_2_c9f528d",
     "purejaxrl_4_rounds_epyc_26_2_c468371",
     "purejaxrl_8_rounds_epyc_26_2_721ec08",
+    "purejaxrl_8_rounds_epyc_26_2_aeda762",
 )
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",
