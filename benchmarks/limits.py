@@ -126,6 +126,7 @@ def timed_alternating(fns: dict, *args, rounds: int) -> dict:
 # ------------------------------------------------------------------------------------------------- (a) rollout
 
 
+POLICY_CASE = "env + policy forward"
 ROLLOUT_CASE = "jaxrl rollout (critic, bootstrap, stored)"
 
 
@@ -153,7 +154,7 @@ def critic_ceiling(rows: list[dict], mflop: float, peak: float) -> dict:
     """The most of the env + policy-forward limit a rollout that also runs the critic can reach: the limit's time
     per rollout against that time plus the critic's FLOPs (`mflop`, all seeds) at the peak rate, everything else of
     the critic free."""
-    policy = next(r for r in rows if r["case"] == "env + policy forward")
+    policy = next(r for r in rows if r["case"] == POLICY_CASE)
     policy_us = 1e6 * policy["env_steps"] / policy["steps_per_s"]
     at_peak_us = mflop * 1e3 / peak
     return {
@@ -195,7 +196,7 @@ def rollout_section(num_envs: int, iterations: int, repeats: int, key, seeds: in
 
     cases = {
         "env only (random actions)": env_loop(setup.env, lambda p: random_act(setup.env.spec), length),
-        "env + policy forward": env_loop(setup.env, lambda p: actor_critic.behaviour(setup.network, p)[0], length),
+        POLICY_CASE: env_loop(setup.env, lambda p: actor_critic.behaviour(setup.network, p)[0], length),
         "env + policy and critic forward": env_loop(setup.env, act_and_value, length),
         ROLLOUT_CASE: jaxrl_rollouts,
     }
@@ -219,7 +220,8 @@ def rollout_section(num_envs: int, iterations: int, repeats: int, key, seeds: in
         r["of_policy_forward_limit"] = r["steps_per_s"] / policy_limit
         r["of_actor_critic_limit"] = r["steps_per_s"] / actor_critic_limit
     if peak is not None:
-        rows[-1].update(critic_ceiling(rows, seeds * critic_mflop(setup, state.params, config), peak()))
+        rollout = next(r for r in rows if r["case"] == ROLLOUT_CASE)
+        rollout.update(critic_ceiling(rows, seeds * critic_mflop(setup, state.params, config), peak()))
     return rows
 
 
@@ -795,7 +797,7 @@ def seeds_bound_section(seeds: int, iterations: int, repeats: int, key) -> list[
     train = stacked((state.params, state.opt_state), seeds)
     name = f"jaxrl PPO minibatch step, {seeds} seeds vmapped"
     step = against_products(name, seeds_phase, train, (stacked(batch, seeds),), iterations, steps, repeats, key)
-    fastest = max(r["steps_per_s"] for r in rollouts if r["case"] in ("env + policy forward", ROLLOUT_CASE))
+    fastest = max(r["steps_per_s"] for r in rollouts if r["case"] in (POLICY_CASE, ROLLOUT_CASE))
     env_steps = seeds * config.num_envs * config.num_steps  # per iteration
     rollout_us = 1e6 * env_steps / fastest
     bound_us = rollout_us + steps * step["products_us"]
