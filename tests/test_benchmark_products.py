@@ -360,3 +360,40 @@ def test_the_weight_gradient_benchmark_reads_its_cases_and_refuses_a_bad_one():
     for bad in ("dot:128x4x4", "nope:128x4x4", "swapped:128x4", "swapped:128x0x4"):
         with pytest.raises(SystemExit, match="FORM:MxKxN"):
             weight_gradient.parse_case(bad)
+
+
+@pytest.mark.parametrize("name", ["batch-major", "feature-major"])
+def test_each_layout_computes_the_layers_forward_input_and_weight_gradient(name):
+    import numpy as np
+
+    from benchmarks import layouts
+
+    x, w, g = layouts.layer_operands(16, 7, 5, jax.random.key(3))
+    x64, w64, g64 = (np.asarray(a, np.float64) for a in (x, w, g))
+    feature_major = name == "feature-major"
+    expected = {  # batch-major results, transposed where the feature-major layout stores them [features, rows]
+        "forward": (x64 @ w64).T if feature_major else x64 @ w64,
+        "input gradient": (g64 @ w64.T).T if feature_major else g64 @ w64.T,
+        "weight gradient": x64.T @ g64,
+    }
+    found = layouts.forms(16, 7, 5)
+    for product, reference in expected.items():
+        out = np.asarray(layouts.layout_product(f"{name} {product}", x, w, g))
+        np.testing.assert_allclose(out, reference, rtol=1e-5, atol=1e-5, err_msg=product)
+        assert found[f"{name} {product}"].flops == 2 * 16 * 7 * 5
+
+
+def test_the_feature_major_q_network_gives_the_plain_networks_q_values():
+    import numpy as np
+
+    from benchmarks import layouts, limits
+
+    obs = jax.random.normal(jax.random.key(4), (128, 4))
+    plain = limits.PlainQNetwork(2)
+    params = plain.init(jax.random.key(5), obs[:1])
+    q = layouts.FeatureMajorQNetwork(2).apply(layouts.as_feature_major(params), obs)
+    assert q.shape == (128, 2)
+    np.testing.assert_allclose(np.asarray(q), np.asarray(plain.apply(params, obs)), rtol=1e-5, atol=1e-5)
+    for bad in ("128x120", "128x0x84", "axbxc"):
+        with pytest.raises(SystemExit, match="MxKxN"):
+            layouts.parse_shape(bad)
