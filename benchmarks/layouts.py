@@ -4,24 +4,22 @@
 
 For x [m, k] (m rows), W [k, n] and g = dL/dy [m, n], a training step computes y = x W, dL/dx = g W^T and
 dL/dW = x^T g. With the activations stored feature-major, x^T [k, m], the same sums are y^T = W^T x^T [n, m],
-dL/dx^T = W g^T [k, m] and dL/dW = (g^T x)^T (`FORMS`: the dimension numbers and whether the program transposes the
-output, as `benchmarks.products` runs them). Each product alone is a `products.products_only` program of `--calls`
-calls, the products alternated over `--rounds` rounds (A, B, ..., then back), each one's best round; per shape the
-three products of each layout are summed with the forward counted twice (DQN's online and target networks).
+dL/dx^T = W g^T [k, m] and dL/dW = (g^T x)^T (`LAYOUT_PRODUCTS`: the dimension numbers and whether the program
+transposes the output, as `benchmarks.products` runs them). Each product alone is a `products.products_only`
+program of `--calls` calls, the products alternated over `--rounds` rounds (A, B, ..., then back), each one's best
+round; per shape the three products of each layout are summed with the forward counted twice (DQN's online and
+target networks).
 
 `--steps` adds DQN's gradient step at PureJaxRL's config (128 transitions, 120 and 84 ReLU units) in three
 networks, each `--calls` steps in a `lax.scan`, alternated over `--rounds` rounds: a plain flax Q-network
-(batch-major), the same network with its activations stored feature-major [units, rows] from the input to the
-Q-values (`FeatureMajorQNetwork`, the same parameters), and jaxrl's own gradient step (`dqn.gradient_step`).
-Output: a table, and `--out` as .json and .md.
+(`limits.PlainQNetwork`, batch-major), the same network with its activations stored feature-major [units, rows]
+from the input to the Q-values (`FeatureMajorQNetwork`, the same parameters), and jaxrl's own gradient step
+(`dqn.gradient_step`). Output: a table, and `--out` as .json and .md.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import os
-import sys
 import time
 
 import flax.linen as nn
@@ -30,8 +28,8 @@ import jax.numpy as jnp
 import optax
 
 from benchmarks import products
-from benchmarks.common import machine, write_record
-from benchmarks.purejaxrl import commit
+from benchmarks.common import write_record
+from benchmarks.weight_gradient import conditions, parse_shape, products_parser, run_record
 from jaxrl.sweep.devices import use_cpu_threads
 
 SHAPES = [(10, 120, 84), (32, 120, 84), (64, 120, 84), (128, 120, 84), (256, 120, 84), (512, 120, 84)]
@@ -168,10 +166,7 @@ def markdown(rows: list[dict], steps: dict | None, record: dict) -> str:
     lines = [
         "# A Dense layer's products in a training step, activations batch-major against feature-major",
         "",
-        f"`{record['command']}`, jaxrl at {record['commit']}, {record['machine']['processor']}, "
-        f"{record['machine']['cpu_count']} CPUs, {record['cpu_threads']} CPU thread(s) in XLA's pool, load before "
-        f"{record['load_before']}, after {record['machine']['load_average_1_5_15min']}; {record['calls']} calls a "
-        f"program, {record['rounds']} rounds alternating, each program's best; microseconds per product.",
+        f"{conditions(record)}, each program's best; microseconds per product.",
         "",
         "| rows m | inputs k | outputs n | forward, batch / feature | input gradient | weight gradient | "
         "step (2 forward), batch / feature | ratio |",
@@ -194,25 +189,12 @@ def markdown(rows: list[dict], steps: dict | None, record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """`128x120x84` -> (128, 120, 84); one line naming what is wrong otherwise."""
-    sizes = text.split("x")
-    if len(sizes) != 3 or not all(s.isdigit() and int(s) > 0 for s in sizes):
-        raise SystemExit(f"--shapes {text!r}: expected MxKxN (rows, inputs, outputs), each a positive integer")
-    m, k, n = (int(s) for s in sizes)
-    return m, k, n
-
-
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu-threads", type=int, default=0, help="XLA's CPU thread pool (0: XLA's default)")
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser = products_parser(__doc__.splitlines()[0], rounds=4)
     parser.add_argument("--shapes", nargs="+", metavar="MxKxN", help="rows x inputs x outputs (default: SHAPES)")
     parser.add_argument("--steps", action="store_true", help="also DQN's gradient step in both layouts and jaxrl's")
-    parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    shapes = [parse_shape(s) for s in args.shapes] if args.shapes else SHAPES
+    shapes = [parse_shape(s, "--shapes") for s in args.shapes] if args.shapes else SHAPES
     if args.cpu_threads:
         use_cpu_threads(args.cpu_threads)  # before any JAX operation
     load_before = list(os.getloadavg())
@@ -223,18 +205,7 @@ def main(argv=None) -> None:
         print(f"m={m:5d} k={k:3d} n={n:3d}: batch-major {step['batch-major']:8.2f} us, "
               f"feature-major {step['feature-major']:8.2f} us", flush=True)  # fmt: skip
     steps = measure_steps(args.calls, args.rounds) if args.steps else None
-    record = {
-        "command": "python -m benchmarks.layouts " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "commit": commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "load_before": load_before,
-        "cpu_threads": args.cpu_threads or "XLA's default",
-        "calls": args.calls,
-        "rounds": args.rounds,
-        "rows": rows,
-        "steps_us": steps,
-    }
+    record = {**run_record("benchmarks.layouts", argv, args, load_before), "rows": rows, "steps_us": steps}
     text = markdown(rows, steps, record)
     print(text)
     write_record(args.out, record, text)

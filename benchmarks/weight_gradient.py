@@ -100,15 +100,37 @@ def measure_shape(form: str, m: int, k: int, n: int, seeds: int, calls: int, rou
             "speedup": us["dot"] / us[form], "same_bits": same}  # fmt: skip
 
 
+def run_record(module: str, argv, args, load_before: list[float]) -> dict:
+    """What a run of a products benchmark (`module`, parsed `args` with cpu_threads, calls and rounds) records
+    beside its rows: the command, the commit, when, the machine, the load before, XLA's threads, calls and rounds."""
+    return {
+        "command": f"python -m {module} " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commit": commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "load_before": load_before,
+        "cpu_threads": args.cpu_threads or "XLA's default",
+        "calls": args.calls,
+        "rounds": args.rounds,
+    }
+
+
+def conditions(record: dict) -> str:
+    """`run_record`'s conditions as the sentence under a table's title (without its ending)."""
+    return (
+        f"`{record['command']}`, jaxrl at {record['commit']}, {record['machine']['processor']}, "
+        f"{record['machine']['cpu_count']} CPUs, {record['cpu_threads']} CPU thread(s) in XLA's pool, load before "
+        f"{record['load_before']}, after {record['machine']['load_average_1_5_15min']}; {record['calls']} calls a "
+        f"program, {record['rounds']} rounds alternating"
+    )
+
+
 def markdown(rows: list[dict], record: dict) -> str:
     lines = [
         "# A Dense layer's weight gradient: XLA's dot against n matrix-vector products (columns), a materialised "
         "x^T (transposed), (g^T x)^T (swapped) or a materialised g^T (g_transposed)",
         "",
-        f"`{record['command']}`, jaxrl at {record['commit']}, {record['machine']['processor']}, "
-        f"{record['machine']['cpu_count']} CPUs, {record['cpu_threads']} CPU thread(s) in XLA's pool, load before "
-        f"{record['load_before']}, after {record['machine']['load_average_1_5_15min']}; {record['calls']} calls a "
-        f"program, {record['rounds']} rounds alternating, each form's best.",
+        f"{conditions(record)}, each form's best.",
         "",
         "| form | rows m | inputs k | outputs n | seeds vmapped | XLA's dot, us | the form, us | speedup | same bits |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -121,23 +143,41 @@ def markdown(rows: list[dict], record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def is_shape(text: str) -> bool:
+    """Whether `text` is MxKxN with M, K and N positive integers."""
+    sizes = text.split("x")
+    return len(sizes) == 3 and all(s.isdigit() and int(s) > 0 for s in sizes)
+
+
+def parse_shape(text: str, option: str) -> tuple[int, int, int]:
+    """`128x120x84` -> (128, 120, 84); one line naming `option` and what is wrong otherwise."""
+    if not is_shape(text):
+        raise SystemExit(f"{option} {text!r}: expected MxKxN (rows, inputs, outputs), each a positive integer")
+    m, k, n = (int(s) for s in text.split("x"))
+    return m, k, n
+
+
 def parse_case(text: str) -> tuple[str, tuple[int, int, int]]:
     """`swapped:128x120x84` -> ("swapped", (128, 120, 84)); one line naming what is wrong otherwise."""
     form, _, shape = text.partition(":")
-    sizes = shape.split("x")
-    if form not in FORMS or form == "dot" or len(sizes) != 3 or not all(s.isdigit() and int(s) > 0 for s in sizes):
+    if form not in FORMS or form == "dot" or not is_shape(shape):
         forms = ", ".join(f for f in FORMS if f != "dot")
         raise SystemExit(f"--cases {text!r}: expected FORM:MxKxN with FORM one of {forms} and M, K, N positive")
-    m, k, n = (int(s) for s in sizes)
-    return form, (m, k, n)
+    return form, parse_shape(shape, "--cases")
+
+
+def products_parser(description: str, rounds: int) -> argparse.ArgumentParser:
+    """The options of a products benchmark: XLA's CPU threads, calls a program, rounds and the output's stem."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cpu-threads", type=int, default=0, help="XLA's CPU thread pool (0: XLA's default)")
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--out", default=None)
+    return parser
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu-threads", type=int, default=0, help="XLA's CPU thread pool (0: XLA's default)")
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--out", default=None)
+    parser = products_parser(__doc__.splitlines()[0], rounds=6)
     parser.add_argument(
         "--cases",
         nargs="+",
@@ -158,17 +198,7 @@ def main(argv=None) -> None:
             shape = f"m={m:5d} k={k:3d} n={n:3d} seeds={seeds}"
             print(f"{shape}: dot {r['dot_us']:8.2f} us, {form} {r['form_us']:8.2f} us ({r['speedup']:.2f}x), "
                   f"same bits: {r['same_bits']}", flush=True)  # fmt: skip
-    record = {
-        "command": "python -m benchmarks.weight_gradient " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "commit": commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "load_before": load_before,
-        "cpu_threads": args.cpu_threads or "XLA's default",
-        "calls": args.calls,
-        "rounds": args.rounds,
-        "rows": rows,
-    }
+    record = {**run_record("benchmarks.weight_gradient", argv, args, load_before), "rows": rows}
     text = markdown(rows, record)
     print(text)
     write_record(args.out, record, text)

@@ -395,5 +395,5 @@ def test_the_feature_major_q_network_gives_the_plain_networks_q_values():
     assert q.shape == (128, 2)
     np.testing.assert_allclose(np.asarray(q), np.asarray(plain.apply(params, obs)), rtol=1e-5, atol=1e-5)
     for bad in ("128x120", "128x0x84", "axbxc"):
-        with pytest.raises(SystemExit, match="MxKxN"):
-            layouts.parse_shape(bad)
+        with pytest.raises(SystemExit, match="--shapes .*MxKxN"):
+            layouts.parse_shape(bad, "--shapes")
