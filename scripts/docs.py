@@ -595,6 +595,7 @@ PUREJAXRL_RUNS = (
     "purejaxrl_4_rounds_epyc_26_2_c468371",
     "purejaxrl_8_rounds_epyc_26_2_721ec08",
     "purejaxrl_8_rounds_epyc_26_2_aeda762",
+    "purejaxrl_8_rounds_epyc_26_2_ff25a6f",
 )
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",
