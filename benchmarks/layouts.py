@@ -91,6 +91,8 @@ def alternated(programs: dict, rounds: int) -> dict[str, float]:
 
 
 def measure_products(m: int, k: int, n: int, calls: int, rounds: int) -> dict:
+    """Microseconds of each of `LAYOUT_PRODUCTS` alone at m rows, k inputs and n outputs (alternated, best round),
+    and each layout's step: the forward twice, the input and the weight gradient."""
     found = forms(m, k, n)
     key = jax.random.key(0)
     best = alternated({name: (products.products_only([dot], calls), (key,)) for name, dot in found.items()}, rounds)
