@@ -20,14 +20,12 @@ from the input to the Q-values (`FeatureMajorQNetwork`, the same parameters), an
 from __future__ import annotations
 
 import os
-import time
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
 
-from benchmarks import products
+from benchmarks import limits, products
 from benchmarks.common import write_record
 from benchmarks.weight_gradient import conditions, parse_shape, products_parser, run_record
 from jaxrl.sweep.devices import use_cpu_threads
@@ -76,27 +74,13 @@ def forms(m: int, k: int, n: int) -> dict[str, products.Dot]:
     return found
 
 
-def alternated(programs: dict, rounds: int) -> dict[str, float]:
-    """{name: seconds of its best call} for `programs` {name: (fn, args)}: each compiled, then called once per
-    round, the order reversed every other round."""
-    compiled = {name: (jax.jit(fn).lower(*args).compile(), args) for name, (fn, args) in programs.items()}
-    best = dict.fromkeys(compiled, float("inf"))
-    for round_index in range(rounds):
-        for name in list(compiled)[:: 1 if round_index % 2 == 0 else -1]:
-            program, args = compiled[name]
-            start = time.perf_counter()
-            jax.block_until_ready(program(*args))
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
-
-
 def measure_products(m: int, k: int, n: int, calls: int, rounds: int) -> dict:
     """Microseconds of each of `LAYOUT_PRODUCTS` alone at m rows, k inputs and n outputs (alternated, best round),
     and each layout's step: the forward twice, the input and the weight gradient."""
     found = forms(m, k, n)
-    key = jax.random.key(0)
-    best = alternated({name: (products.products_only([dot], calls), (key,)) for name, dot in found.items()}, rounds)
-    us = {name: 1e6 * seconds / calls for name, seconds in best.items()}
+    programs = {name: products.products_only([dot], calls) for name, dot in found.items()}
+    timings = limits.timed_alternating(programs, jax.random.key(0), rounds=rounds)
+    us = {name: 1e6 * timing["run_s"] / calls for name, timing in timings.items()}
     step = {
         layout: 2 * us[f"{layout} forward"] + us[f"{layout} input gradient"] + us[f"{layout} weight gradient"]
         for layout in LAYOUTS
@@ -131,37 +115,30 @@ def as_feature_major(params: dict) -> dict:
 def measure_steps(calls: int, rounds: int) -> dict[str, float]:
     """Microseconds per DQN gradient step at PureJaxRL's config: the plain batch-major and feature-major networks
     and jaxrl's step, alternated (module docstring)."""
-    from benchmarks import limits
-    from jaxrl.algos import dqn
-
     key = jax.random.key(0)
-    config, setup, warm = limits.warm_dqn(key)
-    written = int(limits.replay.steps_stored(warm.buffer))
-    stored = jax.tree.map(lambda x: x[:, :written].reshape((-1,) + x.shape[2:]), warm.buffer.experience)
-    adam = optax.adam(config.learning_rate)
-    batch_major = limits.PlainQNetwork(setup.env.spec.action_dim)
-    params = batch_major.init(key, warm.env.obs[:1])
-    tx = dqn.make_optimizer(config)
-
-    def jaxrl_step(learner, key):
-        step = dqn.gradient_step(config, setup.network, tx, warm.target_params, warm.buffer, 0.0, learner, key)
-        return step[0]
-
-    feature_major = FeatureMajorQNetwork(setup.env.spec.action_dim)
+    steps_of = limits.dqn_gradient_steps(key)
+    action_dim = steps_of.setup.env.spec.action_dim
+    batch_major = limits.PlainQNetwork(action_dim)
+    params = batch_major.init(key, steps_of.warm.env.obs[:1])
     networks = {
         "plain, batch-major": (batch_major, params),
-        "plain, feature-major": (feature_major, as_feature_major(params)),
+        "plain, feature-major": (FeatureMajorQNetwork(action_dim), as_feature_major(params)),
     }
-
-    def scanned(step):
-        return lambda carry, key: jax.lax.scan(lambda c, k: (step(c, k), None), carry, jax.random.split(key, calls))[0]
-
-    programs = {}
+    steps, carries = {}, {}
     for name, (network, p) in networks.items():
-        step = limits.plain_dqn_step(network, p, stored, config.gamma, adam, config.replay_batch_size)
-        programs[name] = (scanned(lambda c, k, step=step: step(*c, k)), ((p, adam.init(p)), key))
-    programs["jaxrl"] = (scanned(jaxrl_step), ((warm.params, warm.opt_state, None), key))
-    return {name: 1e6 * seconds / calls for name, seconds in alternated(programs, rounds).items()}
+        plain = steps_of.plain(network, p)
+        steps[name] = lambda c, k, plain=plain: plain(*c, k)
+        carries[name] = (p, steps_of.adam.init(p))
+    steps["jaxrl"], carries["jaxrl"] = steps_of.jaxrl, steps_of.learner
+
+    def scanned(name):  # one program's own carry out of all of them: every program takes the same arguments
+        step = steps[name]
+        return lambda carries, key: jax.lax.scan(
+            lambda c, k: (step(c, k), None), carries[name], jax.random.split(key, calls)
+        )[0]
+
+    timings = limits.timed_alternating({name: scanned(name) for name in steps}, carries, key, rounds=rounds)
+    return {name: 1e6 * timing["run_s"] / calls for name, timing in timings.items()}
 
 
 def markdown(rows: list[dict], steps: dict | None, record: dict) -> str:

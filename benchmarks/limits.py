@@ -43,6 +43,8 @@ import datetime
 import functools
 import os
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 import distrax
 import flax.linen as nn
@@ -127,6 +129,7 @@ def timed_alternating(fns: dict, *args, rounds: int) -> dict:
 
 
 POLICY_CASE = "env + policy forward"
+ACTOR_CRITIC_CASE = "env + policy and critic forward"
 ROLLOUT_CASE = "jaxrl rollout (critic, bootstrap, stored)"
 
 
@@ -197,7 +200,7 @@ def rollout_section(num_envs: int, iterations: int, repeats: int, key, seeds: in
     cases = {
         "env only (random actions)": env_loop(setup.env, lambda p: random_act(setup.env.spec), length),
         POLICY_CASE: env_loop(setup.env, lambda p: actor_critic.behaviour(setup.network, p)[0], length),
-        "env + policy and critic forward": env_loop(setup.env, act_and_value, length),
+        ACTOR_CRITIC_CASE: env_loop(setup.env, act_and_value, length),
         ROLLOUT_CASE: jaxrl_rollouts,
     }
     rows = []
@@ -215,7 +218,8 @@ def rollout_section(num_envs: int, iterations: int, repeats: int, key, seeds: in
                 **r,
             }
         )
-    policy_limit, actor_critic_limit = rows[1]["steps_per_s"], rows[2]["steps_per_s"]
+    limit = {r["case"]: r["steps_per_s"] for r in rows}
+    policy_limit, actor_critic_limit = limit[POLICY_CASE], limit[ACTOR_CRITIC_CASE]
     for r in rows:
         r["of_policy_forward_limit"] = r["steps_per_s"] / policy_limit
         r["of_actor_critic_limit"] = r["steps_per_s"] / actor_critic_limit
@@ -615,6 +619,36 @@ class PlainQNetwork(nn.Module):
         return nn.Dense(self.action_dim)(x)
 
 
+class DQNSteps(NamedTuple):
+    """DQN at PureJaxRL's config after `warm_dqn`, and the gradient steps measured on it."""
+
+    config: dqn.Config
+    setup: object
+    warm: object  # the warm TrainState: replay filled, learning on
+    jaxrl: Callable  # (learner, key) -> learner: `dqn.gradient_step` on the warm replay and target network
+    learner: tuple  # jaxrl's learner state (params, opt_state, None)
+    stored: dict  # the warm replay's transitions, flat [transitions, ...]
+    adam: optax.GradientTransformation  # plain Adam at the config's learning rate
+
+    def plain(self, network, params):
+        """`plain_dqn_step` of `network` (target `params`) on the same transitions, batch and Adam."""
+        return plain_dqn_step(network, params, self.stored, self.config.gamma, self.adam, self.config.replay_batch_size)
+
+
+def dqn_gradient_steps(key) -> DQNSteps:
+    """jaxrl's DQN gradient step and what a plain one needs, on the state of `warm_dqn(key)`."""
+    config, setup, warm = warm_dqn(key)
+    tx = dqn.make_optimizer(config)
+
+    def jaxrl_step(learner, key):
+        return dqn.gradient_step(config, setup.network, tx, warm.target_params, warm.buffer, 0.0, learner, key)[0]
+
+    written = int(replay.steps_stored(warm.buffer))  # per env; the replay is [num_envs, capacity / num_envs, ...]
+    stored = jax.tree.map(lambda x: x[:, :written].reshape((-1,) + x.shape[2:]), warm.buffer.experience)
+    learner = (warm.params, warm.opt_state, None)
+    return DQNSteps(config, setup, warm, jaxrl_step, learner, stored, optax.adam(config.learning_rate))
+
+
 def plain_dqn_step(network, target_params, transitions: dict, gamma: float, optimizer, batch_size: int):
     """`(params, opt_state, key) -> (params, opt_state)`: one DQN gradient step written plainly (PureJaxRL's
     shape): `batch_size` uniform indices into flat `transitions`, the one-step target from the target network, the
@@ -749,23 +783,15 @@ def steps_against_products(iterations: int, repeats: int, key) -> list[dict]:
         ),
     ]
 
-    dqn_config, dqn_setup, warm = warm_dqn(key)
-    dqn_tx = dqn.make_optimizer(dqn_config)
-
-    def jaxrl_step(learner, key):
-        return dqn.gradient_step(
-            dqn_config, dqn_setup.network, dqn_tx, warm.target_params, warm.buffer, 0.0, learner, key
-        )[0]
-
-    q_network = PlainQNetwork(dqn_setup.env.spec.action_dim)
-    q_params = q_network.init(key, warm.env.obs[0])
-    written = int(replay.steps_stored(warm.buffer))  # per env; the replay is [num_envs, capacity / num_envs, ...]
-    stored = jax.tree.map(lambda x: x[:, :written].reshape((-1,) + x.shape[2:]), warm.buffer.experience)
-    adam = optax.adam(dqn_config.learning_rate)
-    plain_step = plain_dqn_step(q_network, q_params, stored, dqn_config.gamma, adam, dqn_config.replay_batch_size)
-    learner = (warm.params, warm.opt_state, None)
+    steps_of = dqn_gradient_steps(key)
+    q_network = PlainQNetwork(steps_of.setup.env.spec.action_dim)
+    q_params = q_network.init(key, steps_of.warm.env.obs[0])
+    plain_step = steps_of.plain(q_network, q_params)
+    adam = steps_of.adam
     return rows + [
-        against_products("jaxrl DQN gradient step", jaxrl_step, learner, (), iterations * steps, 1, repeats, key),
+        against_products(
+            "jaxrl DQN gradient step", steps_of.jaxrl, steps_of.learner, (), iterations * steps, 1, repeats, key
+        ),
         against_products(
             "plain DQN gradient step",
             lambda train, key: plain_step(*train, key),
