@@ -3,6 +3,7 @@ does to compile seconds and to env steps/s, measured in one run.
 
     python -m benchmarks.xla_options                         # every option set, PPO and DQN, 2 rounds
     python -m benchmarks.xla_options --cases ppo --rounds 3
+    python -m benchmarks.xla_options --options "fast-compile preset" --cpu-threads 1
 
 Each option set runs each case in a fresh process (`peer_workers/jaxrl_at_purejaxrl_worker.py`, JAX's persistent
 compilation cache off) with the options in `XLA_FLAGS`; the sets alternate forward in even rounds and backward in
@@ -32,6 +33,10 @@ OPTION_SETS = {
     "llvm -O1": "--xla_backend_optimization_level=1",
     "llvm -O1, no expensive passes": "--xla_backend_optimization_level=1 --xla_llvm_disable_expensive_passes=true",
     "XNNPACK dots": "--xla_cpu_experimental_xnn_fusion_type=dot",
+    "oneDNN dots": "--xla_cpu_experimental_ynn_fusion_type= --xla_cpu_use_onednn=true "
+    "--xla_cpu_experimental_onednn_fusion_type=dot",
+    "fast-compile preset": "--xla_cpu_opt_preset=FAST_COMPILE",
+    "512-bit vectors": "--xla_cpu_prefer_vector_width=512",
 }
 
 
@@ -99,6 +104,7 @@ def main(argv=None) -> None:
     parser.add_argument("--options", nargs="+", default=list(OPTION_SETS), choices=list(OPTION_SETS))
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2, help="calls of each compiled program; the best counts")
+    parser.add_argument("--cpu-threads", type=int, default=0, help="XLA's CPU thread pool (0: XLA's default)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per worker")
     parser.add_argument("--out", type=Path, default=RESULTS / "xla_options")
     args = parser.parse_args(argv)
@@ -108,7 +114,7 @@ def main(argv=None) -> None:
     for round_index in range(args.rounds):
         for case in args.cases:
             for name in order(round_index, names):
-                spec = {"case": case, "repeats": args.repeats}
+                spec = {"case": case, "repeats": args.repeats, "cpu_threads": args.cpu_threads}
                 flags = {"XLA_FLAGS": OPTION_SETS[name]}
                 result = run_worker(sys.executable, "jaxrl_at_purejaxrl", spec, args.timeout, flags)
                 result.update(case=case, options=name, round=round_index)

@@ -29,7 +29,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxrl.run.compile import CPU_COMPILE_OPTIONS
+from jaxrl.run.compile import CPU_COMPILE_OPTIONS, WIDE_VECTOR_OPTIONS, wide_vectors
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -70,10 +70,14 @@ PROGRAMS = GOLDEN_ROOT / "programs.json"  # {"versions": {package: version}, "sh
 LOWERING_PACKAGES = ("jax", "jaxlib", "flax", "optax", "gymnax", "distrax", "flashbax")
 
 
-# What jaxrl's runner compiles with on a CPU (its optimisation level, XLA's CPU fusion emitters), which the
-# recordings were made with; test processes compile with other options (tests/conftest.py) and the cases ask for
-# the runner's back
-XLA_DEFAULT = {**CPU_COMPILE_OPTIONS, "xla_cpu_use_fusion_emitters": True}
+# What jaxrl's runner compiles with on this CPU (its optimisation level, its vector width where it widens them, XLA's
+# CPU fusion emitters), which the recordings were made with; test processes compile with other options
+# (tests/conftest.py) and the cases ask for the runner's back
+XLA_DEFAULT = {
+    **CPU_COMPILE_OPTIONS,
+    **(WIDE_VECTOR_OPTIONS if wide_vectors() else {}),
+    "xla_cpu_use_fusion_emitters": True,
+}
 
 # DQN's defaults when its cases were recorded (they changed for stability on long runs: see
 # benchmarks/results/dqn_defaults.md)

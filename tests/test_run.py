@@ -395,20 +395,56 @@ def test_a_chunk_writes_the_new_state_over_the_old(evaluated):
     assert_trees_close(consumed, plain, rtol=0, atol=0)
 
 
-def test_runner_compiles_at_cpu_level_2_unless_xla_flags_choose(monkeypatch):
-    """On a CPU the runner's options hold XLA's optimisation level 2; a level that XLA_FLAGS names when the
-    options are asked for (as this suite sets) wins, and the device-independent options join either way."""
+@pytest.mark.parametrize("wide", [False, True])
+def test_runner_compiles_at_cpu_level_2_unless_xla_flags_choose(monkeypatch, wide):
+    """On a CPU the runner's options hold XLA's optimisation level 2, and 512-bit vectors where `wide_vectors()`;
+    a level or a width that XLA_FLAGS names when the options are asked for (as this suite sets) wins, and the
+    device-independent options join either way."""
+    monkeypatch.setattr(run_compile, "wide_vectors", lambda: wide)
+    width = run_compile.WIDE_VECTOR_OPTIONS if wide else {}
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
-    assert run_compile.compiler_options() == {"xla_backend_optimization_level": 2}
+    assert run_compile.compiler_options() == {"xla_backend_optimization_level": 2, **width}
     assert run_compile.compiler_options(device_independent=True) == {
         "xla_backend_optimization_level": 2,
+        **width,
         **run_compile.DEVICE_INDEPENDENT_OPTIONS,
     }
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=1")
-    assert run_compile.compiler_options() == {"xla_backend_optimization_level": 1}
+    assert run_compile.compiler_options() == {"xla_backend_optimization_level": 1, **width}
     assert run_compile.compiler_options(device_independent=True) == {
         "xla_backend_optimization_level": 1,
+        **width,
         **run_compile.DEVICE_INDEPENDENT_OPTIONS,
     }
-    # the options compile a program (XLA knows the flag)
-    run_compile.jax.jit(lambda x: x + 1).lower(1.0).compile(run_compile.CPU_COMPILE_OPTIONS)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_prefer_vector_width=256")
+    assert run_compile.compiler_options() == {"xla_backend_optimization_level": 2}
+    # the options compile a program (XLA knows the flags)
+    run_compile.jax.jit(lambda x: x + 1).lower(1.0).compile(
+        {**run_compile.CPU_COMPILE_OPTIONS, **run_compile.WIDE_VECTOR_OPTIONS}
+    )
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: {vendor}
+cpu family\t: 26
+flags\t\t: fpu vme sse2 avx avx2 {extra}
+
+processor\t: 1
+vendor_id\t: {vendor}
+flags\t\t: fpu vme sse2 avx avx2 avx512f
+"""
+
+
+@pytest.mark.parametrize(
+    "vendor, extra, wide",
+    [
+        ("AuthenticAMD", "avx512f avx512bw", True),
+        ("AuthenticAMD", "fma", False),
+        ("GenuineIntel", "avx512f avx512bw", False),
+        ("AuthenticAMD", "avx512_bf16", False),
+    ],
+)
+def test_wide_vectors_on_amd_cpus_with_avx512_only(vendor, extra, wide):
+    """512-bit vectors on an AMD CPU with AVX-512 (its first processor's vendor and flags), on no other CPU."""
+    assert run_compile.amd_avx512(CPUINFO.format(vendor=vendor, extra=extra)) is wide
+    assert run_compile.amd_avx512("") is False

@@ -22,6 +22,7 @@ from the training keys, so evaluating changes no training number. The evaluation
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -56,15 +57,46 @@ DEVICE_INDEPENDENT_OPTIONS = {"xla_disable_hlo_passes": "algsimp"}
 # one_device_limits.md), whose numbers differ from level 3's in the last bits (the golden cases are recorded at it)
 CPU_COMPILE_OPTIONS = {"xla_backend_optimization_level": 2}
 
+# XLA's CPU code in 512-bit vectors instead of LLVM's preferred 256 bits, on an AMD CPU with AVX-512 (whose cores run
+# 512-bit instructions at full clock): PPO, PPO over 8 vmapped seeds and DQN at PureJaxRL's CartPole configs ran
+# 1.07-1.13x faster on an AMD EPYC family 26, at about the same compile seconds, with other last bits
+# (benchmarks/results/notes/one_device_limits.md). Other CPUs keep XLA's default width.
+WIDE_VECTOR_OPTIONS = {"xla_cpu_prefer_vector_width": 512}
+
+
+def amd_avx512(cpuinfo: str) -> bool:
+    """Whether a Linux `/proc/cpuinfo` text describes an AMD CPU with AVX-512 (its first processor's vendor_id and
+    flags)."""
+    fields = {}
+    for line in cpuinfo.split("\n\n", 1)[0].splitlines():
+        name, _, value = line.partition(":")
+        fields[name.strip()] = value.strip()
+    return fields.get("vendor_id") == "AuthenticAMD" and "avx512f" in fields.get("flags", "").split()
+
+
+@functools.cache
+def wide_vectors() -> bool:
+    """Whether the runner compiles CPU code with `WIDE_VECTOR_OPTIONS` here: on an AMD CPU with AVX-512 (`amd_avx512`
+    of this machine's /proc/cpuinfo; False where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as file:
+            return amd_avx512(file.read())
+    except OSError:
+        return False
+
 
 def compiler_options(device_independent: bool = False) -> dict | None:
-    """The XLA options jaxrl compiles its programs with: `CPU_COMPILE_OPTIONS` on a CPU backend, or the level
-    XLA_FLAGS names when it names one (read at each call), and `DEVICE_INDEPENDENT_OPTIONS` when asked. Pass them
-    to your own compiles as `jax.jit(train).lower(key).compile(compiler_options())`."""
+    """The XLA options jaxrl compiles its programs with: on a CPU backend `CPU_COMPILE_OPTIONS`, or the level XLA_FLAGS
+    names when it names one (read at each call), and `WIDE_VECTOR_OPTIONS` where `wide_vectors()` unless XLA_FLAGS
+    names a vector width; `DEVICE_INDEPENDENT_OPTIONS` when asked. Pass them to your own compiles as
+    `jax.jit(train).lower(key).compile(compiler_options())`."""
     options = {}
     if jax.default_backend() == "cpu":
-        named = re.findall(r"--xla_backend_optimization_level=(\d+)", os.environ.get("XLA_FLAGS", ""))
+        flags = os.environ.get("XLA_FLAGS", "")
+        named = re.findall(r"--xla_backend_optimization_level=(\d+)", flags)
         options.update({"xla_backend_optimization_level": int(named[-1])} if named else CPU_COMPILE_OPTIONS)
+        if wide_vectors() and "--xla_cpu_prefer_vector_width" not in flags:
+            options.update(WIDE_VECTOR_OPTIONS)
     if device_independent:
         options.update(DEVICE_INDEPENDENT_OPTIONS)
     return options or None
