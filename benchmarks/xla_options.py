@@ -37,6 +37,7 @@ OPTION_SETS = {
     "--xla_cpu_experimental_onednn_fusion_type=dot",
     "fast-compile preset": "--xla_cpu_opt_preset=FAST_COMPILE",
     "512-bit vectors": "--xla_cpu_prefer_vector_width=512",
+    "256-bit vectors": "--xla_cpu_prefer_vector_width=256",  # XLA's width where the runner widens them
 }
 
 
