@@ -59,9 +59,9 @@ CPU_COMPILE_OPTIONS = {"xla_backend_optimization_level": 2}
 
 # XLA's CPU code in 512-bit vectors instead of LLVM's preferred 256 bits, on an AMD CPU with AVX-512 (whose cores run
 # 512-bit instructions at full clock): PPO at PureJaxRL's CartPole config, alone and over 8 vmapped seeds, ran
-# 1.07-1.13x faster on an AMD EPYC family 26, with other last bits; DQN's program there ran as fast, with the same bits,
-# and compiled in up to 1.26x the seconds (benchmarks/results/notes/one_device_limits.md). Other CPUs keep XLA's
-# default width.
+# 1.07-1.13x faster on an AMD EPYC family 26, with other last bits; DQN's program there ran as fast, with the same bits;
+# both compiled in 0.98-0.99x the seconds of 256-bit code (benchmarks/results/notes/one_device_limits.md). Other CPUs
+# keep XLA's default width.
 WIDE_VECTOR_OPTIONS = {"xla_cpu_prefer_vector_width": 512}
 
 
