@@ -29,34 +29,19 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxrl.run.compile import CPU_COMPILE_OPTIONS, WIDE_VECTOR_OPTIONS, wide_vectors
-
-
-def _cpuinfo() -> dict[str, str]:
-    """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as lines:
-            fields = {}
-            for line in lines:
-                if not line.strip():
-                    break
-                name, _, value = line.partition(":")
-                fields[name.strip()] = value.strip()
-            return fields
-    except OSError:
-        return {}
+from jaxrl.run.compile import CPU_COMPILE_OPTIONS, WIDE_VECTOR_OPTIONS, this_cpu, wide_vectors
 
 
 def vector_isa() -> str:
     """The widest x86 vector ISA of this CPU ("avx512", "avx2"), else the machine's name ("aarch64", ...)."""
-    flags = _cpuinfo().get("flags", "").split()
+    flags = this_cpu().get("flags", "").split()
     return "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else platform.machine()
 
 
 def cpu_kind() -> str:
     """This CPU as `<isa>-<vendor>-<family>-<model>` ("avx512-intel-6-143"), or the ISA alone where /proc/cpuinfo
     does not say."""
-    info = _cpuinfo()
+    info = this_cpu()
     vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(info.get("vendor_id", ""), info.get("vendor_id"))
     parts = [vector_isa(), vendor, info.get("cpu family"), info.get("model")]
     return "-".join(parts) if all(parts) else vector_isa()

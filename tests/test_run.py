@@ -446,5 +446,7 @@ flags\t\t: fpu vme sse2 avx avx2 avx512f
 )
 def test_wide_vectors_on_amd_cpus_with_avx512_only(vendor, extra, wide):
     """512-bit vectors on an AMD CPU with AVX-512 (its first processor's vendor and flags), on no other CPU."""
-    assert run_compile.amd_avx512(CPUINFO.format(vendor=vendor, extra=extra)) is wide
-    assert run_compile.amd_avx512("") is False
+    fields = run_compile.cpu_fields(CPUINFO.format(vendor=vendor, extra=extra))
+    assert fields["cpu family"] == "26" and fields["vendor_id"] == vendor
+    assert run_compile.amd_avx512(fields) is wide
+    assert run_compile.amd_avx512(run_compile.cpu_fields("")) is False

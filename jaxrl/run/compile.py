@@ -65,25 +65,33 @@ CPU_COMPILE_OPTIONS = {"xla_backend_optimization_level": 2}
 WIDE_VECTOR_OPTIONS = {"xla_cpu_prefer_vector_width": 512}
 
 
-def amd_avx512(cpuinfo: str) -> bool:
-    """Whether a Linux `/proc/cpuinfo` text describes an AMD CPU with AVX-512 (its first processor's vendor_id and
-    flags)."""
+def cpu_fields(cpuinfo: str) -> dict[str, str]:
+    """The first processor's fields ("vendor_id", "flags", "cpu family", ...) of a Linux `/proc/cpuinfo` text."""
     fields = {}
     for line in cpuinfo.split("\n\n", 1)[0].splitlines():
         name, _, value = line.partition(":")
         fields[name.strip()] = value.strip()
-    return fields.get("vendor_id") == "AuthenticAMD" and "avx512f" in fields.get("flags", "").split()
+    return fields
 
 
 @functools.cache
-def wide_vectors() -> bool:
-    """Whether the runner compiles CPU code with `WIDE_VECTOR_OPTIONS` here: on an AMD CPU with AVX-512 (`amd_avx512`
-    of this machine's /proc/cpuinfo; False where there is none)."""
+def this_cpu() -> dict[str, str]:
+    """`cpu_fields` of this machine's /proc/cpuinfo ({} where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as file:
-            return amd_avx512(file.read())
+            return cpu_fields(file.read())
     except OSError:
-        return False
+        return {}
+
+
+def amd_avx512(fields: dict[str, str]) -> bool:
+    """Whether a processor's `cpu_fields` describe an AMD CPU with AVX-512."""
+    return fields.get("vendor_id") == "AuthenticAMD" and "avx512f" in fields.get("flags", "").split()
+
+
+def wide_vectors() -> bool:
+    """Whether the runner compiles CPU code with `WIDE_VECTOR_OPTIONS` here: on an AMD CPU with AVX-512."""
+    return amd_avx512(this_cpu())
 
 
 def compiler_options(device_independent: bool = False) -> dict | None:
