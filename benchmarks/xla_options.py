@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -38,6 +39,14 @@ OPTION_SETS = {
     "fast-compile preset": "--xla_cpu_opt_preset=FAST_COMPILE",
     "512-bit vectors": "--xla_cpu_prefer_vector_width=512",
     "256-bit vectors": "--xla_cpu_prefer_vector_width=256",  # XLA's width where the runner widens them
+    "codegen in 1 part": "--xla_cpu_parallel_codegen_split_count=1",  # XLA's default: up to 32 parts
+    "codegen in 2 parts": "--xla_cpu_parallel_codegen_split_count=2",
+    "codegen in 8 parts": "--xla_cpu_parallel_codegen_split_count=8",
+    "region copy insertion": "--xla_cpu_copy_insertion_use_region_analysis=true",
+    "memory-optimized scheduler": "--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
+    "concurrency-optimized scheduler": "--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_CONCURRENCY_OPTIMIZED",
+    "tiling propagation": "--xla_cpu_experimental_enable_tiling_propagation=true",
+    "XNNPACK graph fusion": "--xla_cpu_experimental_xnn_graph_fusion_mode=XNN_GRAPH_FUSION_MODE_GREEDY",
 }
 
 
@@ -82,7 +91,7 @@ def markdown(table: list[dict], record: dict) -> str:
     lines = [
         "# XLA CPU compile options against the defaults (PureJaxRL's CartPole configs)",
         "",
-        f"`python -m benchmarks.xla_options {' '.join(record['argv'])}`, jaxrl at {record['commit']}, "
+        f"`python -m benchmarks.xla_options {shlex.join(record['argv'])}`, jaxrl at {record['commit']}, "
         f"{record['machine']['processor']}, {record['machine']['cpu_count']} CPUs, "
         f"load before {record['load_before']}, after {record['load_after']}; {record['rounds']} rounds alternating "
         "(ABBA), ratios to the default options per round (median).",

@@ -346,11 +346,23 @@ def test_xla_options_are_paired_with_the_default_run_of_their_case_and_round():
     assert table["ppo", "llvm -O1"]["compile_ratio"] == pytest.approx((0.5 + 0.8) / 2)
     assert table["ppo", "llvm -O1"]["throughput_ratio"] == pytest.approx((0.9 + 1.1) / 2)
     assert table["ppo", "default"]["compile_ratio"] == 1.0
-    record = {"argv": [], "commit": "abc", "machine": {"processor": "cpu", "cpu_count": 2}, "load_before": [1.0],
-              "load_after": [1.0], "rounds": 2}  # fmt: skip
+    record = {"argv": ["--options", "llvm -O1"], "commit": "abc", "machine": {"processor": "cpu", "cpu_count": 2},
+              "load_before": [1.0], "load_after": [1.0], "rounds": 2}  # fmt: skip
     text = xla_options.markdown(list(table.values()), record)
+    assert "`python -m benchmarks.xla_options --options 'llvm -O1'`" in text  # a command that can be pasted
     assert "| ppo | `--xla_backend_optimization_level=1` | 2.00-4.00 | 0.65x | 90k-110k | 1.00x | 500.0-500.0 |" in text
     assert "| ppo | `(none)` | 4.00-5.00 | 1.00x |" in text
+
+
+def test_every_xla_option_set_names_flags_and_values_xla_accepts():
+    """XLA aborts a process on a flag or a value it does not know; one process parses every set's flags at once."""
+    from benchmarks import xla_options
+
+    flags = " ".join(xla_options.OPTION_SETS.values())
+    code = "import jax.numpy as jnp; print(int(jnp.ones(2).sum()))"
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "XLA_FLAGS": flags}, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr[-2000:]
 
 
 def test_jaxrl_takes_purejaxrl_dqn_config_in_its_own_units():
