@@ -1,5 +1,5 @@
-"""jaxrl.networks.weight_gradient: a Dense layer's product, its weight gradient as matrix-vector products (narrow
-layers) or as a plain product of a materialised x^T (wide layers)."""
+"""jaxrl.networks.weight_gradient: a Dense layer's products; a narrow layer's as matrix-vector products (forward,
+dL/dx, dL/dW), a wide layer's weight gradient as a plain product of a materialised x^T."""
 
 import flax.linen as nn
 import jax
@@ -20,27 +20,44 @@ def loss(dot_general, x, w):
 @pytest.mark.parametrize("shape", [(4, 64), (128, 64), (128, 84), (16, 8, 64), (1, 128, 84)])
 @pytest.mark.parametrize("outputs", [1, 2, 6, 16, 64])
 def test_gradients_equal_the_plain_products(shape, outputs):
-    """dL/dx and dL/dW of x W through `dense_dot_general` (narrow and wide forms) are those of `lax.dot_general` to
-    float32 rounding (the same bits in every golden case: `test_golden`; here the reductions' fusion with the loss
-    may sum in another order), and dL/dW is x^T g of a float64 NumPy reference."""
+    """x W, dL/dx and dL/dW through `dense_dot_general` (narrow and wide forms) are those of `lax.dot_general` to
+    float32 rounding (the sums may run in another order), and those of a float64 NumPy reference."""
     x = jax.random.normal(jax.random.key(0), shape)
-    w = jax.random.normal(jax.random.key(1), (shape[-1], outputs))
+    w = jax.random.normal(jax.random.key(1), (shape[-1], outputs)) / np.sqrt(shape[-1])  # tanh not saturated
     plain = jax.jit(jax.grad(lambda x, w: loss(lax.dot_general, x, w), (0, 1)))(x, w)
     fast = jax.jit(jax.grad(lambda x, w: loss(weight_gradient.dense_dot_general, x, w), (0, 1)))(x, w)
-    for a, b in zip(plain, fast, strict=True):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
+    for a, b in zip(plain, fast, strict=True):  # float32 sums of up to 128 terms, in another order
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5 * np.abs(np.asarray(a)).max())
     x64, w64 = np.asarray(x, np.float64), np.asarray(w, np.float64)
     y = np.tanh(x64 @ w64)
+    forward = jax.jit(lambda x, w: weight_gradient.dense_dot_general(x, w, DENSE(x)))(x, w)
+    np.testing.assert_allclose(np.asarray(forward), x64 @ w64, rtol=1e-4, atol=1e-4)
     g = 2 * y * (1 - y**2)  # dL/d(x W)
+    np.testing.assert_allclose(np.asarray(fast[0]), g @ w64.T, rtol=1e-4, atol=1e-4)
     rows = x64.reshape(-1, shape[-1]), g.reshape(-1, outputs)
     np.testing.assert_allclose(np.asarray(fast[1]), rows[0].T @ rows[1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [4, 128, 2048])
+def test_a_narrow_layer_calls_no_library_product(rows):
+    """A narrow layer's forward and gradient programs hold none of the library calls (XLA's custom fusions:
+    YNNPACK's products) that `lax.dot_general` of the same layer compiles to; XLA emits its products itself."""
+    x, w = jnp.ones((rows, 64)), jnp.ones((64, 2))
+
+    def kinds(dot_general):
+        forward = lambda x, w: dot_general(x, w, DENSE(x))  # noqa: E731
+        gradient = jax.grad(lambda x, w: loss(dot_general, x, w), (0, 1))
+        return "".join(jax.jit(f).lower(x, w).compile().as_text() for f in (forward, gradient))
+
+    assert "kind=kCustom" in kinds(lax.dot_general)  # the check below could fail
+    assert "kind=kCustom" not in kinds(weight_gradient.dense_dot_general)
 
 
 @pytest.mark.parametrize("outputs", [2, 64])
 def test_many_rows_agree_to_float32_rounding_and_vmap_matches(outputs):
     """Over many rows a narrow layer's gradient to float32 rounding, a wide layer's the plain product's own (more
     than WIDE_MAX_ROWS rows keep XLA's dot); vmapped over seeds, each seed's own gradient."""
-    x, w = jax.random.normal(jax.random.key(2), (2048, 64)), jax.random.normal(jax.random.key(3), (64, outputs))
+    x, w = jax.random.normal(jax.random.key(2), (2048, 64)), jax.random.normal(jax.random.key(3), (64, outputs)) / 8
     plain = jax.jit(jax.grad(lambda w: loss(lax.dot_general, x, w)))(w)
     fast = jax.jit(jax.grad(lambda w: loss(weight_gradient.dense_dot_general, x, w)))(w)
     if outputs <= weight_gradient.NARROW_FEATURES:
@@ -51,7 +68,7 @@ def test_many_rows_agree_to_float32_rounding_and_vmap_matches(outputs):
     batched = jax.jit(jax.vmap(jax.grad(lambda w: loss(weight_gradient.dense_dot_general, x[:128], w))))(ws)
     for i in range(2):
         alone = jax.jit(jax.grad(lambda w: loss(weight_gradient.dense_dot_general, x[:128], w)))(ws[i])
-        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(alone), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(alone), rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("outputs", [2, 64])
