@@ -598,6 +598,7 @@ PUREJAXRL_RUNS = (
     "purejaxrl_8_rounds_epyc_26_2_ff25a6f",
     "purejaxrl_8_rounds_epyc_26_2_9f184ba",
     "purejaxrl_8_rounds_epyc_26_2_f7b868c",
+    "purejaxrl_8_rounds_epyc_26_2_8c152be",
 )
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",

@@ -51,8 +51,8 @@ def orthonormal_columns(a: jax.Array) -> jax.Array:
 
 
 def dense(features: int, gain: float) -> nn.Dense:
-    """A Dense layer with orthogonal(gain) kernel and zero bias; on a CPU a narrow or a wide one takes its weight
-    gradient in the faster form of `weight_gradient.dense_dot_general`."""
+    """A Dense layer with orthogonal(gain) kernel and zero bias; on a CPU a narrow one takes all its products and a
+    wide one its weight gradient in the faster forms of `weight_gradient.dense_dot_general`."""
     dot_general = weight_gradient.dense_dot_general if weight_gradient.takes_fast_form(features) else None
     return nn.Dense(features, kernel_init=orthogonal(gain), bias_init=nn.initializers.zeros, dot_general=dot_general)
 

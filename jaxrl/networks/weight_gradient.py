@@ -94,8 +94,9 @@ _product.defjvp(_product_jvp, symbolic_zeros=True)
 
 def dense_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     """`lax.dot_general` for `flax.linen.Dense(dot_general=...)`: on a CPU, the Dense product x W ([..., k] x [k, n])
-    of a layer that `takes_fast_form`, with W's gradient in that form (module docstring); any other product, and
-    every product on other backends (whose own libraries were not measured slower at it), is `lax.dot_general`'s."""
+    of a layer that `takes_fast_form`, with W's gradient in that form and a narrow layer's every product in the
+    column form (module docstring); any other product, and every product on other backends (whose own libraries
+    were not measured slower at it), is `lax.dot_general`'s."""
     plain = precision is not None or preferred_element_type is not None or rhs.ndim != 2
     plain = plain or dimension_numbers != _dense(lhs) or jax.default_backend() != "cpu"
     if plain or not takes_fast_form(rhs.shape[1], lhs.size // max(1, lhs.shape[-1])):
