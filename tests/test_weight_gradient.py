@@ -49,7 +49,8 @@ def test_a_narrow_layer_calls_no_library_product(rows):
         gradient = jax.grad(lambda x, w: loss(dot_general, x, w), (0, 1))
         return "".join(jax.jit(f).lower(x, w).compile().as_text() for f in (forward, gradient))
 
-    assert "kind=kCustom" in kinds(lax.dot_general)  # the check below could fail
+    if "kind=kCustom" not in kinds(lax.dot_general):
+        pytest.skip("XLA calls no library for this layer's plain products on this CPU: nothing to compare")
     assert "kind=kCustom" not in kinds(weight_gradient.dense_dot_general)
 
 
