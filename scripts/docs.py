@@ -599,6 +599,7 @@ PUREJAXRL_RUNS = (
     "purejaxrl_8_rounds_epyc_26_2_9f184ba",
     "purejaxrl_8_rounds_epyc_26_2_f7b868c",
     "purejaxrl_8_rounds_epyc_26_2_8c152be",
+    "purejaxrl_8_rounds_epyc_26_2_3eb846c",
 )
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",
