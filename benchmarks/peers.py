@@ -165,34 +165,75 @@ class Venv:
         return self.python, f"built {self.path} in {time.perf_counter() - start:.0f} s"
 
 
+STALL_S = 120.0  # a worker without CPU time this long is stuck: its compile and its run both keep a core busy
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user + system) process `pid` has used, from Linux's /proc; None where there is none."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()  # after "pid (name)": state is field 3, utime 14, stime 15
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_watched(command: list[str], env: dict, timeout_s: float, stall_s: float = STALL_S, poll_s: float = 1.0):
+    """Runs `command` and returns (returncode, stdout, stderr), or (None, "", why) once it has run `timeout_s`
+    seconds or taken no CPU time for `stall_s` seconds (stopped; a deadlocked worker otherwise waits out the whole
+    timeout). Its output is read as it comes, so a chatty process cannot fill its pipes."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    start = last_busy = time.monotonic()
+    last_cpu = cpu_seconds(process.pid)
+    while True:
+        try:
+            stdout, stderr = process.communicate(timeout=poll_s)
+            return process.returncode, stdout, stderr
+        except subprocess.TimeoutExpired:
+            pass
+        now, cpu = time.monotonic(), cpu_seconds(process.pid)
+        if cpu is None or last_cpu is None or cpu > last_cpu:
+            last_cpu, last_busy = cpu, now
+        why = None
+        if now - start > timeout_s:
+            why = f"timed out after {timeout_s:.0f} s"
+        elif now - last_busy > stall_s:
+            why = f"stalled: no CPU time for {stall_s:.0f} s (stopped after {now - start:.0f} s)"
+        if why:
+            process.kill()
+            process.communicate()
+            return None, "", why
+
+
 def run_worker(
-    python, name: str, spec: dict, timeout_s: float, extra_env: dict | None = None, xla_timers: bool = False
+    python,
+    name: str,
+    spec: dict,
+    timeout_s: float,
+    extra_env: dict | None = None,
+    xla_timers: bool = False,
+    stall_s: float = STALL_S,
 ) -> dict:
     """`python <name>_worker.py '<spec>'` in a fresh process (compilation cache off, `extra_env` added): its JSON.
-    With `xla_timers`, XLA logs its compile timers and the result gains `xla_phases` (`common.xla_phases`)."""
+    With `xla_timers`, XLA logs its compile timers and the result gains `xla_phases` (`common.xla_phases`). A worker
+    past `timeout_s`, or without CPU time for `stall_s` seconds (`run_watched`), is stopped and gives an error."""
     env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false", "PYTHONPATH": str(ROOT), **(extra_env or {})}
     if xla_timers:
         env.update(XLA_TIMERS)
     start = time.perf_counter()
-    try:
-        done = subprocess.run(
-            [str(python), str(WORKERS / f"{name}_worker.py"), json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "library": name, "error": f"timed out after {timeout_s:.0f} s"}
-    lines = done.stdout.strip().splitlines()
+    command = [str(python), str(WORKERS / f"{name}_worker.py"), json.dumps(spec)]
+    returncode, stdout, stderr = run_watched(command, env, timeout_s, stall_s)
+    if returncode is None:
+        return {"ok": False, "library": name, "error": stderr}
+    lines = stdout.strip().splitlines()
     try:
         result = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
-        result = {"ok": False, "error": f"exit {done.returncode}, no JSON; stderr:\n{done.stderr[-3000:]}"}
+        result = {"ok": False, "error": f"exit {returncode}, no JSON; stderr:\n{stderr[-3000:]}"}
     result.setdefault("library", name)
     result["process_s"] = time.perf_counter() - start
     if xla_timers:
-        result["xla_phases"] = xla_phases(done.stderr)
+        result["xla_phases"] = xla_phases(stderr)
     return result
 
 

@@ -35,7 +35,7 @@ import jax
 
 from benchmarks.common import machine, write_json
 from benchmarks.peer_workers.purejaxrl_cases import CASES
-from benchmarks.peers import ROOT, Venv, run_worker
+from benchmarks.peers import ROOT, STALL_S, Venv, run_worker
 
 RESULTS = ROOT / "benchmarks" / "results"
 PINNED = ("jax", "jaxlib", "flax", "optax", "distrax", "chex", "flashbax", "numpy")
@@ -195,7 +195,12 @@ def main(argv=None) -> None:
         default=None,
         help="JAX's default PRNG implementation in every worker of both libraries (default: JAX's, threefry2x32)",
     )
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per worker")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help=f"seconds per worker; one without CPU time for {STALL_S:.0f} s (stuck) is stopped sooner",
+    )
     parser.add_argument("--xla-phases", action="store_true", help="split each XLA compile into its phases (CPU)")
     parser.add_argument("--out", type=Path, default=RESULTS / "purejaxrl")
     args = parser.parse_args(argv)

@@ -110,6 +110,31 @@ def test_summarize_ratios():
     assert "median" in peers.report([summary], rounds, 475)
 
 
+@pytest.mark.skipif(peers.cpu_seconds(os.getpid()) is None, reason="no /proc: a worker's CPU time is not read here")
+def test_a_worker_without_cpu_time_is_stopped_as_stalled_and_a_busy_one_runs_to_its_end():
+    """A deadlocked worker (no CPU time) is stopped after `stall_s`, not after the whole timeout; a worker that keeps
+    a core busy for longer than `stall_s` is not, and its output (more than a pipe holds) comes back whole."""
+    started = peers.time.monotonic()
+    code, out, why = peers.run_watched(
+        [sys.executable, "-c", "import time; time.sleep(600)"], dict(os.environ), timeout_s=900, stall_s=1, poll_s=0.1
+    )
+    assert (code, out) == (None, "") and why.startswith("stalled: no CPU time for 1 s")
+    assert peers.time.monotonic() - started < 300  # the sleep's 600 s, or the timeout's 900 s, were not waited out
+
+    busy = (
+        "import sys, time\n"
+        "while time.process_time() < 3.0: pass\n"  # 3 s of CPU time, however long the machine takes to give them
+        "sys.stderr.write('e' * 300_000); print('o' * 300_000); print('done')"
+    )
+    code, out, err = peers.run_watched([sys.executable, "-c", busy], dict(os.environ), timeout_s=900, stall_s=2)
+    assert code == 0 and out.splitlines()[-1] == "done" and len(out) > 300_000 and err == "e" * 300_000
+
+    code, out, why = peers.run_watched(
+        [sys.executable, "-c", "import time; time.sleep(600)"], dict(os.environ), timeout_s=1, stall_s=900
+    )
+    assert code is None and why == "timed out after 1 s"
+
+
 def test_measure_times_the_compile_and_returns_the_call():
     def fn(x):
         return jnp.cumsum(jnp.sin(x) * 2.0)
