@@ -572,6 +572,28 @@ def test_threefry_benchmark_alternates_the_lowerings_and_leaves_jaxrls_in_place(
     assert _compat.THREEFRY_UNROLLED_FROM <= 64
 
 
+def test_init_compile_alternates_flax_and_jaxrl_and_compiles_both(monkeypatch, tmp_path):
+    from benchmarks import init_compile
+
+    for way in init_compile.WAYS:  # both programs compile for real
+        run = init_compile.measured(init_compile.NETWORKS["dqn"](), way, 2)
+        assert run["compile_s"] > 0 and run["kernels"] > 0
+    order = []
+
+    def fake(network, way, seeds):
+        order.append((type(network).__name__, seeds, way))
+        return {"compile_s": 2.0 if way == "flax" else 1.5, "kernels": 10 if way == "flax" else 8}
+
+    monkeypatch.setattr(init_compile, "measured", fake)
+    out = tmp_path / "init"
+    init_compile.main(["--networks", "ppo", "--seeds", "1", "--rounds", "2", "--out", str(out)])
+    assert [way for _, _, way in order] == ["flax", "jaxrl", "jaxrl", "flax"]  # A, B, B, A
+    assert {name for name, _, _ in order} == {"ActorCritic"}
+    row = json.loads(out.with_suffix(".json").read_text())["rows"][0]
+    assert row["compile_ratio"] == [0.75, 0.75]
+    assert "| ppo | 1 | 2.00-2.00 | 1.50-1.50 | 0.75x (0.75-0.75) | 10 / 8 |" in out.with_suffix(".md").read_text()
+
+
 def test_gradient_chunks_benchmark_alternates_whole_and_chunks_and_restores_the_threshold(monkeypatch, tmp_path):
     """Whole, chunks, chunks, whole (ABBA), each case's minibatches above the threshold, the threshold back in
     place afterwards, and the ratios chunks / whole in the table."""

@@ -180,7 +180,7 @@ def _geqrf_operand_ranks(lowered_text: str) -> list[int]:
 
 def test_orthogonal_under_vmap_loops_over_unbatched_qrs():
     """Under one or two vmaps every member gets exactly the kernel it gets alone, and the program holds only
-    unbatched geqrf calls (a batched one can deadlock XLA:CPU's thread pool; see `torsos.orthogonal`)."""
+    unbatched geqrf calls (a batched one can deadlock XLA:CPU's thread pool; see `initialisation.orthogonal`)."""
     from jaxrl.networks import orthogonal
 
     init = orthogonal(np.sqrt(2))
@@ -200,6 +200,101 @@ def test_orthogonal_under_vmap_loops_over_unbatched_qrs():
         assert ranks and set(ranks) == {2}, ranks
     batched = jax.jit(jax.vmap(lambda k: jax.nn.initializers.orthogonal()(k, (64, 8)))).lower(keys[0])
     assert _geqrf_operand_ranks(batched.as_text()) == [3]  # what a plain vmap of JAX's initialiser gives
+
+
+def _numpy_frame(gaussian: np.ndarray) -> np.ndarray:
+    """The sign-fixed Q of a tall Gaussian matrix, by NumPy's QR (float64)."""
+    q, r = np.linalg.qr(gaussian.astype(np.float64))
+    return q * np.sign(np.diag(r))
+
+
+@pytest.mark.parametrize("shapes", [[(64, 4), (64, 64), (64, 2), (64, 1)], [(120, 4), (120, 84), (84, 2), (300, 64)]])
+def test_orthonormal_frames_are_the_qr_of_each_members_own_gaussian_block(shapes):
+    """Each frame is the sign-fixed Q of its own m x n Gaussian block, though the QR ran on the group's padded
+    matrix: rows below m zero, columns beyond n another member's width (a NumPy oracle; groups by row count rounded
+    up to a power of two, one key each, here 1 and 2 groups)."""
+    from jaxrl.networks.initialisation import orthonormal_frames
+
+    key = jax.random.key(7)
+    frames = jax.jit(lambda k: orthonormal_frames(k, shapes))(key)
+    groups = {}
+    for i, (m, _) in enumerate(shapes):
+        groups.setdefault(1 << (m - 1).bit_length(), []).append(i)
+    keys = [key] if len(groups) == 1 else list(jax.random.split(key, len(groups)))
+    for group_key, members in zip(keys, groups.values(), strict=True):
+        size = (len(members), max(shapes[i][0] for i in members), max(shapes[i][1] for i in members))
+        gaussian = np.asarray(jax.random.normal(group_key, size))
+        for j, i in enumerate(members):
+            m, n = shapes[i]
+            assert frames[i].shape == (m, n)
+            np.testing.assert_allclose(np.asarray(frames[i]), _numpy_frame(gaussian[j, :m, :n]), atol=2e-5)
+
+
+def _kernels(params) -> list[np.ndarray]:
+    return [np.asarray(leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(params) if "kernel" in str(path)]
+
+
+def test_init_params_draws_every_kernel_once_from_one_set_of_frames():
+    """`init_params`: the tree `module.init` gives, biases zero, and every kernel gain x one of the frames
+    `orthonormal_frames` draws from the key's first half (each frame used once); so the kernels of one network are
+    distinct, orthonormal up to their gain, and differ between keys."""
+    from jaxrl.networks import init_params
+    from jaxrl.networks.initialisation import orthonormal_frames
+
+    net = ActorCritic(action_dim=2, discrete=True, torso=MLPTorso((120, 84), "relu"))
+    obs = jnp.zeros((1, 4))
+    params = jax.jit(lambda k: init_params(net, k, obs))(jax.random.key(0))
+    plain = net.init(jax.random.key(0), obs)
+    assert jax.tree.structure(params) == jax.tree.structure(plain)
+    assert jax.tree.leaves(jax.tree.map(lambda a, b: a.shape == b.shape, params, plain)) == [True] * 12
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        if "bias" in str(path):
+            np.testing.assert_array_equal(leaf, 0.0)
+    shapes = [(120, 4), (120, 84), (84, 2), (120, 4), (120, 84), (84, 1)]
+    frames = [np.asarray(f) for f in orthonormal_frames(jax.random.split(jax.random.key(0))[0], shapes)]
+    unused = list(range(len(frames)))
+    for kernel in _kernels(params):
+        tall = kernel if kernel.shape[0] >= kernel.shape[1] else kernel.T
+        gain = np.linalg.norm(tall[:, 0])
+        match = [i for i in unused if frames[i].shape == tall.shape and np.allclose(tall / gain, frames[i], atol=1e-6)]
+        assert len(match) == 1, (kernel.shape, gain)
+        unused.remove(match[0])
+        assert np.isclose(gain, np.sqrt(2)) or np.isclose(gain, 0.01) or np.isclose(gain, 1.0)
+    assert unused == []
+    other = jax.jit(lambda k: init_params(net, k, obs))(jax.random.key(1))
+    assert all(np.abs(a - b).max() > 1e-3 for a, b in zip(_kernels(params), _kernels(other), strict=True))
+
+
+def test_init_params_gives_each_critic_of_an_ensemble_its_own_draw():
+    """`nn.vmap`'s critics ask for each layer once for all members; under `init_params` they still start apart,
+    each orthonormal, as `module.init` starts them."""
+    from jaxrl.networks import init_params
+
+    critics = Critics(num_critics=2, torso=MLPTorso((16, 16), "relu"))
+    params = jax.jit(lambda k: init_params(critics, k, jnp.zeros((1, 3)), jnp.zeros((1, 2))))(jax.random.key(0))
+    for kernel in _kernels(params):
+        assert kernel.shape[0] == 2
+        assert np.abs(kernel[0] - kernel[1]).max() > 1e-3
+        for member in kernel:
+            tall = member if member.shape[0] >= member.shape[1] else member.T
+            gram = tall.T @ tall
+            np.testing.assert_allclose(gram, gram[0, 0] * np.eye(gram.shape[0]), atol=1e-5)
+
+
+def test_init_params_under_vmap_is_each_seed_alone_with_unbatched_qrs():
+    """8 vmapped seeds initialise as each seed alone, bit for bit, and the program's QRs stay unbatched."""
+    from jaxrl.networks import init_params
+
+    net = ActorCritic(action_dim=2, discrete=True, torso=MLPTorso((64, 64)))
+    init = lambda k: init_params(net, k, jnp.zeros((1, 4)))  # noqa: E731
+    keys = jax.random.split(jax.random.key(2), 8)
+    seeds = jax.jit(jax.vmap(init))
+    batched = seeds(keys)
+    for i in (0, 5):
+        for b, a in zip(jax.tree.leaves(batched), jax.tree.leaves(jax.jit(init)(keys[i])), strict=True):
+            np.testing.assert_array_equal(np.asarray(b[i]), np.asarray(a))
+    ranks = _geqrf_operand_ranks(seeds.lower(keys).as_text())
+    assert ranks and set(ranks) == {2}, ranks
 
 
 @pytest.mark.extended

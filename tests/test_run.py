@@ -37,8 +37,9 @@ def test_chunked_run_equals_one_train_call(chunked):
     assert len(run_compile.chunk_sizes(CONFIG.num_iterations, 3)) > 1  # really chunked: 7 iterations as 3+3+1
     keys = jax.random.split(jax.random.key(3), 2)
     state, metrics = jax.jit(jax.vmap(ppo.make_train(CONFIG)))(keys)
-    # XLA fuses init into the first update when both share a program, so agreement is to float32 rounding
-    assert_trees_close(result.state, state, rtol=1e-5, atol=1e-6)
+    # XLA fuses init into the first update when both share a program, so agreement is to float32 rounding, grown
+    # over 7 updates (up to 4e-6 on parameters of 0.01-0.5)
+    assert_trees_close(result.state, state, rtol=1e-5, atol=1e-5)
     assert_trees_close(result.metrics, dict(metrics), rtol=1e-4, atol=1e-5)
     one_chunk = loop.run(ppo, CONFIG, seeds=2, seed=3, num_chunks=1, progress=False)
     assert_trees_close(result.state, one_chunk.state, rtol=0, atol=0)  # chunking itself changes nothing

@@ -124,7 +124,8 @@ def test_grid_equals_separate_runs(results, single):
         for j in range(SEEDS):
             state, metrics = single(g.config(c), keys[j])
             assert_trees_close({k: results.metrics[k][c, j] for k in metrics}, dict(metrics), rtol=1e-5, atol=1e-6)
-            assert_trees_close(index(index(results.state.params, c), j), state.params, rtol=1e-5, atol=1e-6)
+            # the vmapped programs round otherwise in the last bits, which the updates carry on (up to 2e-6)
+            assert_trees_close(index(index(results.state.params, c), j), state.params, rtol=1e-5, atol=1e-5)
     # not vacuous: configs and seeds really differ
     loss = results.metrics["value_loss"]
     assert not np.allclose(loss[0], loss[3]) and not np.allclose(loss[:, 0], loss[:, 1])

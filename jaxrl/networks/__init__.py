@@ -12,6 +12,7 @@ from jaxrl.networks.heads import (
     epsilon_greedy,
     squashed_gaussian,
 )
+from jaxrl.networks.initialisation import init_params, orthogonal
 from jaxrl.networks.torsos import (
     ACTIVATIONS,
     CNN_TORSOS,
@@ -22,7 +23,6 @@ from jaxrl.networks.torsos import (
     dense,
     flatten_observation,
     make_torso,
-    orthogonal,
 )
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "dense",
     "epsilon_greedy",
     "flatten_observation",
+    "init_params",
     "make_torso",
     "orthogonal",
     "squashed_gaussian",

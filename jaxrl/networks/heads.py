@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl.envs import action_mask
+from jaxrl.networks.initialisation import per_key_draws
 from jaxrl.networks.torsos import MLPTorso, Torso, dense, flatten_observation
 
 if TYPE_CHECKING:
@@ -232,7 +233,8 @@ class Critics(nn.Module):
     """`num_critics` independently initialised QCritics: `__call__(obs, action) -> Q [num_critics, ...]`.
 
     Their parameters are stacked along a leading axis of size `num_critics` (`nn.vmap` with its own init key per
-    critic), so twin critics cost one batched matmul per layer instead of two.
+    critic, `initialisation.per_key_draws` even under `init_params`), so twin critics cost one batched matmul per
+    layer instead of two.
     """
 
     num_critics: int = 2
@@ -248,4 +250,5 @@ class Critics(nn.Module):
             out_axes=0,
             axis_size=self.num_critics,
         )
-        return ensemble(self.torso)(obs, action)
+        with per_key_draws():  # nn.vmap calls each layer once for all critics: one frame would serve them all
+            return ensemble(self.torso)(obs, action)

@@ -8,7 +8,7 @@ and the learner run the very same function.
 
 - `GRUCore`: a GRU (Cho et al. 2014, "Learning Phrase Representations using RNN Encoder-Decoder", eq. 5-8; flax
   `nn.GRUCell`) scanned over time with `nn.scan`, as PureJaxRL's `ScannedRNN`. Its recurrent kernel uses the
-  `orthogonal` initialiser (one unbatched QR per seed under vmap, see `torsos.orthogonal`).
+  `orthogonal` initialiser (one unbatched QR per seed under vmap, see `initialisation.orthogonal`).
 - `LSTMCore`: an LSTM (Hochreiter & Schmidhuber 1997, with the forget gate of Gers et al. 2000; flax
   `nn.LSTMCell`'s parameters): c_t = f_t * c_{t-1} + i_t * g_t, h_t = o_t * tanh(c_t), gates i, f, o = sigmoid(W x_t
   + U h_{t-1} + b), g = tanh(...), the forget gate's bias initialised to 1 (Jozefowicz et al. 2015, "An Empirical
@@ -33,8 +33,9 @@ import jax.numpy as jnp
 
 from jaxrl.networks.gtrxl import GTrXLCore
 from jaxrl.networks.heads import mask_actions, q_values
+from jaxrl.networks.initialisation import orthogonal
 from jaxrl.networks.lru import LRUCore
-from jaxrl.networks.torsos import MLPTorso, dense, orthogonal
+from jaxrl.networks.torsos import MLPTorso, dense
 
 if TYPE_CHECKING:
     import distrax

@@ -1,4 +1,4 @@
-"""Torsos: the observation encoders every head is built on, and the initialisers they share.
+"""Torsos: the observation encoders every head is built on.
 
 A torso is a small frozen spec (hashable, so a flax Module can hold it) whose `__call__(x)` is called inside a
 head's `nn.compact` method: its layers become the head's own layers, so the same torso serves an actor, a critic,
@@ -6,7 +6,8 @@ a Q-network or a twin-critic ensemble, and a head never depends on which torso i
 an image (CNN) torso or a recurrent core is another spec with the same call.
 
 Orthogonal initialisation as in the PPO literature (Engstrom et al. 2020, "Implementation Matters";
-Andrychowicz et al. 2021): gain sqrt(2) for hidden layers; the heads choose their output gains.
+Andrychowicz et al. 2021; `initialisation.orthogonal`): gain sqrt(2) for hidden layers; the heads choose their
+output gains.
 """
 
 from __future__ import annotations
@@ -20,34 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl.networks import weight_gradient
+from jaxrl.networks.initialisation import orthogonal
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
-
-
-def orthogonal(gain: float = 1.0):
-    """Orthogonal initialiser (Saxe et al. 2014): `gain` times the Q of a Gaussian matrix, with the signs of R's
-    diagonal moved into Q so that Q is uniformly (Haar) distributed. Bit for bit `jax.nn.initializers.orthogonal`.
-
-    Under `jax.vmap` the QR runs once per batch member in a loop (`orthonormal_columns`), never as one batched
-    LAPACK call: on CPU, jaxlib's batched geqrf fans out over XLA's intra-op thread pool from a worker of that same
-    pool and waits for it, which inside a vmapped training program on 2 cores deadlocked at 0% CPU (jaxlib 0.10.2).
-    """
-
-    def init(key, shape, dtype=jnp.float32):
-        rows, cols = int(np.prod(shape[:-1])), shape[-1]
-        tall = (max(rows, cols), min(rows, cols))
-        q = orthonormal_columns(jax.random.normal(key, tall, jnp.float32))
-        q = q if rows >= cols else q.T
-        return (gain * q).reshape(shape).astype(dtype)
-
-    return init
-
-
-@jax.custom_batching.sequential_vmap
-def orthonormal_columns(a: jax.Array) -> jax.Array:
-    """[m, n] (m >= n) -> Q [m, n] of a = QR with R's diagonal positive. Batched by a loop of unbatched QRs."""
-    q, r = jnp.linalg.qr(a)
-    return q * jnp.sign(jnp.diagonal(r))
 
 
 def dense(features: int, gain: float) -> nn.Dense:

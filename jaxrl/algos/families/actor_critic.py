@@ -45,7 +45,7 @@ from jaxrl.algos.base import (
     takes_setup,
 )
 from jaxrl.minibatch import minibatch_epochs
-from jaxrl.networks import ActorCritic, make_torso
+from jaxrl.networks import ActorCritic, init_params, make_torso
 from jaxrl.rollout import EnvCarry, RecurrentCarry, Sequences, reset, rollout
 from jaxrl.types import Trajectory
 
@@ -165,8 +165,8 @@ class Setup:
     network: Any
 
     def init_params(self, key: jax.Array, obs: jax.Array):
-        """The network's initial parameters, from a batch of observations [N, ...]."""
-        return self.network.init(key, obs[:1])
+        """The network's initial parameters, from a batch of observations [N, ...] (`networks.init_params`)."""
+        return init_params(self.network, key, obs[:1])
 
     def initial_memory(self, config) -> RecurrentCarry | None:
         return None

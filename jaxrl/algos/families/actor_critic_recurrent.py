@@ -23,6 +23,7 @@ from jaxrl import envs
 from jaxrl import minibatch as minibatches
 from jaxrl.algos.families import actor_critic as ac
 from jaxrl.algos.families.actor_critic import Rollout, TrainState
+from jaxrl.networks import init_params
 from jaxrl.networks.recurrent import RecurrentActorCritic, initial_hidden, make_core
 from jaxrl.rollout import RecurrentAct, initial_memory, recurrent_rollout
 
@@ -82,7 +83,9 @@ class Setup(ac.Setup):
     """The static pieces of a recurrent learner: the env batch and the recurrent actor-critic network."""
 
     def init_params(self, key: jax.Array, obs: jax.Array):
-        return self.network.init(key, initial_hidden(self.network.core, 1), obs[None, :1], jnp.ones((1, 1), bool))
+        return init_params(
+            self.network, key, initial_hidden(self.network.core, 1), obs[None, :1], jnp.ones((1, 1), bool)
+        )
 
     def initial_memory(self, config):
         return initial_memory(initial_hidden(self.network.core, config.num_envs))

@@ -24,7 +24,7 @@ from jaxrl import envs, parallel
 from jaxrl.algos import base
 from jaxrl.algos.base import shared, static
 from jaxrl.algos.families import actor_critic as ac
-from jaxrl.networks import ActorCritic
+from jaxrl.networks import ActorCritic, init_params
 from jaxrl.rollout import (
     EnvCarry,
     episode_metrics,
@@ -104,7 +104,7 @@ def init_actor(setup: Setup, config: GroupConfig, key: jax.Array):
     """A critic-free group learner's start (GRPO, DPO): (key, actor-only params, optimiser state, trunk)."""
     key, net_key, trunk_key = jax.random.split(key, 3)
     dummy_obs = jnp.zeros((1, *setup.env.spec.observation_shape), jnp.float32)
-    params = setup.network.init(net_key, dummy_obs, method=ActorCritic.policy)  # the actor only: no critic
+    params = init_params(setup.network, net_key, dummy_obs, method=ActorCritic.policy)  # the actor only: no critic
     opt_state = ac.make_optimizer(config).init(params)
     return key, params, opt_state, init_trunk(setup, config, trunk_key)
 

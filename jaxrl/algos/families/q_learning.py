@@ -110,7 +110,7 @@ def init_network(setup: Setup, key: jax.Array):
     """(key, parameters, env carry): a fresh env batch and Q-network parameters from `key`."""
     key, net_key, env_key = jax.random.split(key, 3)
     carry = reset(setup.env, env_key)
-    return key, setup.network.init(net_key, carry.obs[:1]), carry
+    return key, networks.init_params(setup.network, net_key, carry.obs[:1]), carry
 
 
 def epsilon_at(config: Config, iteration: jax.Array) -> jax.Array:

@@ -17,7 +17,7 @@ from jaxrl.algos.base import takes_setup
 from jaxrl.algos.families import q_learning
 from jaxrl.algos.families.q_learning import BootstrapValue, LambdaConfig, LambdaState, Setup, epsilon_at, lambda_targets
 from jaxrl.minibatch import sequence_minibatch_epochs
-from jaxrl.networks import epsilon_greedy
+from jaxrl.networks import epsilon_greedy, init_params
 from jaxrl.networks.recurrent import RecurrentQNetwork, initial_state, make_core
 from jaxrl.rollout import RecurrentAct, episode_metrics, initial_memory, recurrent_rollout, reset
 
@@ -41,7 +41,7 @@ def init_network(setup: Setup, config: q_learning.Config, key: jax.Array):
     network = setup.network
     key, net_key, env_key = jax.random.split(key, 3)
     carry = reset(setup.env, env_key)
-    params = network.init(net_key, initial_state(network.core, 1), carry.obs[None, :1], jnp.ones((1, 1), bool))
+    params = init_params(network, net_key, initial_state(network.core, 1), carry.obs[None, :1], jnp.ones((1, 1), bool))
     memory = initial_memory(initial_state(network.core, config.num_envs))
     return key, params, carry, memory
 
