@@ -601,6 +601,7 @@ PUREJAXRL_RUNS = (
     "purejaxrl_8_rounds_epyc_26_2_8c152be",
     "purejaxrl_8_rounds_epyc_26_2_3eb846c",
     "purejaxrl_dqn_16_rounds_epyc_26_2_f3a9c2a",
+    "purejaxrl_8_rounds_epyc_26_2_a5cc233",
 )
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",
