@@ -163,6 +163,12 @@ def machine() -> dict:
     }
 
 
+def machine_words(m: dict) -> str:
+    """`machine()` as a results file's header says it: processor, CPUs, jax and the load average at the end."""
+    load = ", ".join(f"{x:.1f}" for x in m["load_average_1_5_15min"])
+    return f"{m['processor']}, {m['cpu_count']} CPUs, jax {m['jax']}, load average at the end {load}"
+
+
 def merge_rows(path: str | Path, rows: list[dict], key) -> list[dict]:
     """The rows of the results JSON at `path` (if any) with `rows` replacing those of the same `key(row)`, in
     first-seen order; rows of new keys last."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from benchmarks.common import machine, measure, paired_cells, span, write_record
+from benchmarks.common import machine, machine_words, measure, paired_cells, span, write_record
 
 # name: (algorithm, Config overrides); each takes minibatches (TRPO: a batch) of more than 16384 samples
 CASES = {
@@ -157,8 +157,7 @@ def markdown(record: dict) -> str:
         threads += f", {a['seeds']} seeds vmapped in one program"
     head = (
         f"# Large minibatches' gradients: whole against in chunks\n\n`python -m benchmarks.gradient_chunks` "
-        f"(rounds {a['rounds']}, repeats {a['repeats']}, {threads}); {m['processor']}, {m['cpu_count']} CPUs, "
-        f"jax {m['jax']}, load average at the end {', '.join(f'{x:.1f}' for x in m['load_average_1_5_15min'])}.\n\n"
+        f"(rounds {a['rounds']}, repeats {a['repeats']}, {threads}); {machine_words(m)}.\n\n"
         "| case | minibatch samples | compile s, whole | chunks | compile ratio (median) | env steps/s, whole | "
         "chunks | speed ratio (median, range) | largest final parameter difference |\n"
         "|---|---|---|---|---|---|---|---|---|\n"

@@ -22,7 +22,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from benchmarks.common import machine, span, write_record
+from benchmarks.common import machine, machine_words, span, write_record
 from jaxrl.networks import ActorCritic, MLPTorso, QNetwork, init_params
 
 # PureJaxRL's CartPole networks: PPO's 2 x 64 tanh actor-critic, DQN's 120 and 84 ReLU Q-network
@@ -93,9 +93,7 @@ def markdown(record: dict) -> str:
     m = record["machine"]
     head = (
         "# A network's initialisation compiled: flax's `module.init` against `networks.init_params`\n\n"
-        f"`python -m benchmarks.init_compile` (rounds {record['args']['rounds']}); {m['processor']}, "
-        f"{m['cpu_count']} CPUs, jax {m['jax']}, load average at the end "
-        f"{', '.join(f'{x:.1f}' for x in m['load_average_1_5_15min'])}.\n\n"
+        f"`python -m benchmarks.init_compile` (rounds {record['args']['rounds']}); {machine_words(m)}.\n\n"
         "| network | seeds | compile s, module.init | init_params | ratio, median (range) | kernels |\n"
         "|---|---|---|---|---|---|\n"
     )

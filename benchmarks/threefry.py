@@ -23,7 +23,7 @@ import time
 import jax
 import numpy as np
 
-from benchmarks.common import machine, paired_cells, write_record
+from benchmarks.common import machine, machine_words, paired_cells, write_record
 from jaxrl import _compat
 
 LOWERINGS = {"jax": math.inf, "jaxrl": _compat.THREEFRY_UNROLLED_FROM}  # the fewest words drawn straight-line
@@ -111,8 +111,7 @@ def markdown(record: dict) -> str:
     head = (
         f"# Threefry on CPU: JAX's lowering against jaxrl's\n\n`python -m benchmarks.threefry` "
         f"(rounds {record['args']['rounds']}, repeats {record['args']['repeats']}, total_timesteps at most "
-        f"{record['args']['max_steps']:,}); {m['processor']}, {m['cpu_count']} CPUs, jax {m['jax']}, "
-        f"load average at the end {', '.join(f'{x:.1f}' for x in m['load_average_1_5_15min'])}.\n\n"
+        f"{record['args']['max_steps']:,}); {machine_words(m)}.\n\n"
         "| algorithm | env | compile s, JAX's | jaxrl's | compile ratio (median) | env steps/s, JAX's | jaxrl's | "
         "speed ratio (median) | while loops, JAX's / jaxrl's | same bits |\n|---|---|---|---|---|---|---|---|---|---|\n"
     )
