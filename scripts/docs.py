@@ -602,6 +602,7 @@ PUREJAXRL_RUNS = (
     "purejaxrl_8_rounds_epyc_26_2_3eb846c",
     "purejaxrl_dqn_16_rounds_epyc_26_2_f3a9c2a",
     "purejaxrl_8_rounds_epyc_26_2_a5cc233",
+    "purejaxrl_8_rounds_epyc_26_2_99f9338",
 )
 PUREJAXRL_CASES = {
     "ppo": "PPO, PureJaxRL's CartPole config",
